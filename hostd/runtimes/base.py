@@ -1,0 +1,94 @@
+"""The runtime interface: load a verified model file into a session that runs numpy batches.
+
+torch is imported only when a torch model is loaded, so a hostd serving only ONNX stays small.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mmhost.manifest import ModelFormat, ModelManifest, TensorSpec
+
+
+class RuntimeLoadError(Exception):
+    """The file could not be deserialized into a runnable model (corrupt, wrong format, unsafe)."""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    kind: str = "cpu"  # "cpu" or "cuda"
+    index: int = 0
+    ort_intra_op_threads: int = 0
+    torch_threads: int = 0
+
+    @property
+    def name(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
+
+
+class LoadedModel(abc.ABC):
+    """A deserialized model. `run` may be called from several executor threads at once."""
+
+    device: DeviceSpec
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every reference to runtime memory (sessions, modules, device buffers)."""
+
+
+def load_model(path: Path, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
+    if manifest.format is ModelFormat.ONNX:
+        from hostd.runtimes.onnx import OnnxModel
+
+        return OnnxModel(path, manifest, device)
+    from hostd.runtimes.torch_rt import TorchModel
+
+    return TorchModel(path, manifest, device)
+
+
+def read_signature(path: Path, fmt: ModelFormat) -> tuple[list[TensorSpec], list[TensorSpec]] | None:
+    """Inputs and outputs as the file declares them; None where the format does not carry them
+    (TorchScript), in which case the uploader must state them."""
+    if fmt is ModelFormat.ONNX:
+        from hostd.runtimes.onnx import onnx_signature
+
+        return onnx_signature(path)
+    if fmt is ModelFormat.TORCH_EXPORT:
+        from hostd.runtimes.torch_rt import export_signature
+
+        return export_signature(path)
+    return None
+
+
+def detect_format(path: Path) -> ModelFormat:
+    """By content, never by trusting the extension alone."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] == b"PK":  # zip archive: TorchScript or torch.export
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except zipfile.BadZipFile as e:
+            raise RuntimeLoadError(f"{path.name}: not a valid zip archive: {e}") from e
+        if any(n.endswith("serialized_exported_program.json") or "/models/" in n and n.endswith(".json") for n in names):
+            return ModelFormat.TORCH_EXPORT
+        if any(n.endswith("constants.pkl") or n.endswith("/code/__torch__.py") or "/code/" in n for n in names):
+            return ModelFormat.TORCHSCRIPT
+        if any(n.endswith("data.pkl") for n in names):
+            raise RuntimeLoadError(
+                f"{path.name}: a pickled torch object (torch.save); refused because unpickling can run "
+                "arbitrary code. Export the model with torch.jit.script/trace or torch.export instead."
+            )
+        raise RuntimeLoadError(f"{path.name}: unrecognised zip archive")
+    if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+        raise RuntimeLoadError(f"{path.name}: a Python pickle; refused because unpickling can run arbitrary code")
+    return ModelFormat.ONNX

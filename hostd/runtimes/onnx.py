@@ -1,0 +1,85 @@
+"""ONNX Runtime: the CUDA execution provider when a GPU is present and selected, else CPU."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+from mmhost.manifest import ModelManifest, TensorSpec
+
+log = logging.getLogger(__name__)
+
+_ORT_TO_V2 = {
+    "tensor(float)": "FP32",
+    "tensor(float16)": "FP16",
+    "tensor(double)": "FP64",
+    "tensor(int64)": "INT64",
+    "tensor(int32)": "INT32",
+    "tensor(int16)": "INT16",
+    "tensor(int8)": "INT8",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(bool)": "BOOL",
+    "tensor(string)": "BYTES",
+}
+
+
+def _providers(device: DeviceSpec) -> list:
+    import onnxruntime as ort
+
+    if device.kind == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeLoadError("CUDA requested but this onnxruntime has no CUDAExecutionProvider")
+        return [("CUDAExecutionProvider", {"device_id": device.index}), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _session(source: Path | bytes, device: DeviceSpec):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if device.ort_intra_op_threads:
+        so.intra_op_num_threads = device.ort_intra_op_threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    try:
+        return ort.InferenceSession(source if isinstance(source, bytes) else str(source), so, providers=_providers(device))
+    except RuntimeLoadError:
+        raise
+    except Exception as e:  # ORT raises its own exception types for corrupt graphs
+        raise RuntimeLoadError(f"onnxruntime could not load the model: {e}") from e
+
+
+def _dims(shape) -> list[int]:
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+
+
+def onnx_signature(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    sess = _session(path, DeviceSpec())
+
+    def spec(a) -> TensorSpec:
+        if a.type not in _ORT_TO_V2:
+            raise RuntimeLoadError(f"tensor {a.name!r} has unsupported type {a.type}")
+        return TensorSpec(name=a.name, datatype=_ORT_TO_V2[a.type], shape=_dims(a.shape))
+
+    return [spec(a) for a in sess.get_inputs()], [spec(a) for a in sess.get_outputs()]
+
+
+class OnnxModel(LoadedModel):
+    def __init__(self, path: Path, manifest: ModelManifest, device: DeviceSpec) -> None:
+        self.device = device
+        self._sess = _session(path, device)
+        self._output_names = [o.name for o in self._sess.get_outputs()]
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        names = outputs or self._output_names
+        res = self._sess.run(names, inputs)
+        return dict(zip(names, res))
+
+    def close(self) -> None:
+        self._sess = None  # the session's arenas are freed when the last reference goes

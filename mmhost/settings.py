@@ -1,0 +1,59 @@
+"""Settings, parsed once in the entry point and passed down. Every field can come from the environment
+(prefix shown per class) or from the command line, which overrides the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class S3Settings(BaseSettings):
+    """S3-compatible object storage (AWS, MinIO, Ceph, R2). Credentials come from the standard AWS chain
+    (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE / instance roles), never from here."""
+
+    model_config = SettingsConfigDict(env_prefix="MMHOST_S3_")
+
+    endpoint_url: str | None = Field(None, description="e.g. http://minio:9000; unset for AWS")
+    region: str = Field("us-east-1", description="signing region")
+    addressing_style: Literal["auto", "path", "virtual"] = Field("path", description="path-style for MinIO/Ceph")
+    max_attempts: int = Field(4, ge=1, description="botocore retry attempts (standard mode, with backoff)")
+    connect_timeout_s: float = Field(2.0, gt=0, description="fail fast when storage is down")
+    read_timeout_s: float = Field(20.0, gt=0)
+    multipart_threshold: int = Field(8 << 20, ge=5 << 20, description="bytes; larger objects move in parts")
+    multipart_chunksize: int = Field(8 << 20, ge=5 << 20, description="bytes per ranged part")
+    max_concurrency: int = Field(8, ge=1, description="parallel parts per transfer")
+
+
+class HostdSettings(BaseSettings):
+    """One host daemon (one per GPU)."""
+
+    model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_")
+
+    listen: str = Field("127.0.0.1:8001", description="gRPC address (v2 + Triton extensions)")
+    metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus port; 0 turns it off")
+    metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
+    store: str = Field("./model_store", description="model store: a folder, file:// or s3://bucket/prefix")
+    default_tenant: str = Field("demo", description="tenant for direct calls that carry no mmhost-tenant header")
+    preload: bool = Field(False, description="load every stored model at start instead of on first request")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present")
+    ort_intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = runtime default")
+    torch_threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
+    default_max_batch_size: int = Field(
+        32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"
+    )
+    max_request_bytes: int = Field(64 << 20, gt=0, description="largest accepted request (all tensors)")
+    max_queue_size: int = Field(1024, ge=1, description="per-model queue bound when the manifest sets none")
+    drain_timeout_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight work")
+    cache_dir: Path = Field(Path("./.mmhost-cache"), description="local disk tier for model files")
+
+
+class Settings(BaseSettings):
+    """Shared by all commands."""
+
+    model_config = SettingsConfigDict(env_prefix="MMHOST_")
+
+    log_level: str = Field("INFO", description="logging level")
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset = embedded mode, no Redis")

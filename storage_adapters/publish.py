@@ -1,0 +1,49 @@
+"""Write a model version into a store: files first, with size and sha256, then the manifest last, so a
+version becomes visible only once complete. `mmhost upload` validates the model and then calls this."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from mmhost.manifest import FileEntry, ModelManifest
+from storage_adapters.base import ProgressFn
+from storage_adapters.repository import ModelRepository
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            if progress:
+                progress(len(chunk))
+    return h.hexdigest()
+
+
+def publish_version(
+    repo: ModelRepository,
+    manifest: ModelManifest,
+    files: dict[str, Path],
+    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+) -> ModelManifest:
+    """`files` maps the path inside the version folder to a local file. Returns the manifest as written,
+    with `files` filled in (size and sha256 of each) and `uploaded_at` set when it was not."""
+    entries = []
+    for rel, local in sorted(files.items()):
+        size = local.stat().st_size
+        digest = sha256_file(local)
+        key = repo.file_key(manifest, rel)
+        cb = progress_for(rel, size) if progress_for else None
+        repo.storage.upload_file(local, key, progress=cb)
+        entries.append(FileEntry(path=rel, size=size, sha256=digest))
+    final = manifest.model_copy(
+        update={"files": entries, "uploaded_at": manifest.uploaded_at or datetime.now(timezone.utc)}
+    )
+    final = ModelManifest.model_validate(final.model_dump())  # re-check model_file is among the files
+    repo.write_manifest(final)
+    return final

@@ -1,0 +1,107 @@
+"""The model repository layout over any Storage: tenants, models, versions, manifests and version policies.
+
+A version exists only once its manifest is written (uploads write it last), so a half-finished upload is
+never visible here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from pydantic import ValidationError
+
+from mmhost.manifest import (
+    MANIFEST_NAME,
+    POLICY_NAME,
+    ModelManifest,
+    VersionPolicy,
+    model_prefix,
+    version_prefix,
+    version_sort_key,
+)
+from mmhost.versions import VersionNotFound, resolve_version
+from storage_adapters.base import ObjectNotFound, Storage, StorageError
+
+
+class ModelNotFound(LookupError):
+    """No such tenant/model/version. Deliberately the same for 'another tenant's model'."""
+
+
+class ManifestInvalid(StorageError):
+    """A manifest exists but cannot be parsed or does not validate."""
+
+
+class ModelRepository:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @property
+    def description(self) -> str:
+        return self.storage.description
+
+    def tenants(self) -> list[str]:
+        return self.storage.list_dirs("tenants/")
+
+    def models(self, tenant: str) -> list[str]:
+        return self.storage.list_dirs(f"tenants/{tenant}/models/")
+
+    def versions(self, tenant: str, model: str) -> list[str]:
+        """Complete versions (manifest present), oldest first."""
+        prefix = model_prefix(tenant, model)
+        out = [v for v in self.storage.list_dirs(prefix) if self.storage.exists(prefix + v + "/" + MANIFEST_NAME)]
+        return sorted(out, key=version_sort_key)
+
+    def manifest(self, tenant: str, model: str, version: str) -> ModelManifest:
+        key = version_prefix(tenant, model, version) + MANIFEST_NAME
+        try:
+            raw = self.storage.read_bytes(key)
+        except ObjectNotFound:
+            raise ModelNotFound(f"model {model!r} version {version!r} not found") from None
+        try:
+            m = ModelManifest.model_validate_json(raw)
+        except (ValidationError, ValueError) as e:
+            raise ManifestInvalid(f"{self.description}: manifest {key!r} is invalid: {e}") from e
+        if m.key() != (tenant, model, version):
+            raise ManifestInvalid(f"{self.description}: manifest {key!r} names {m.key()}, not its own location")
+        return m
+
+    def policy(self, tenant: str, model: str) -> VersionPolicy:
+        try:
+            raw = self.storage.read_bytes(model_prefix(tenant, model) + POLICY_NAME)
+        except ObjectNotFound:
+            return VersionPolicy()
+        return VersionPolicy.model_validate_json(raw)
+
+    def set_policy(self, tenant: str, model: str, policy: VersionPolicy) -> None:
+        self.storage.put_bytes(model_prefix(tenant, model) + POLICY_NAME, policy.model_dump_json().encode())
+
+    def resolve(self, tenant: str, model: str, version: str | None = None, u: float | None = None) -> ModelManifest:
+        versions = self.versions(tenant, model)
+        if not versions:
+            raise ModelNotFound(f"model {model!r} not found")
+        try:
+            v = resolve_version(versions, self.policy(tenant, model), version, random.random() if u is None else u)
+        except VersionNotFound as e:
+            raise ModelNotFound(f"model {model!r}: {e}") from None
+        return self.manifest(tenant, model, v)
+
+    def all_manifests(self) -> list[ModelManifest]:
+        out = []
+        for t in self.tenants():
+            for m in self.models(t):
+                for v in self.versions(t, m):
+                    out.append(self.manifest(t, m, v))
+        return out
+
+    def write_manifest(self, manifest: ModelManifest) -> None:
+        key = version_prefix(manifest.tenant, manifest.model, manifest.version) + MANIFEST_NAME
+        self.storage.put_bytes(key, manifest.model_dump_json(indent=2).encode())
+
+    @staticmethod
+    def file_key(manifest: ModelManifest, path: str) -> str:
+        return version_prefix(manifest.tenant, manifest.model, manifest.version) + path
+
+
+def manifest_json(manifest: ModelManifest) -> str:
+    return json.dumps(json.loads(manifest.model_dump_json()), indent=2)

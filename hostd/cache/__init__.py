@@ -1,0 +1,1 @@
+"""hostd's tiered model cache. policy.py holds the pure eviction policies (also driven by sim/)."""

@@ -25,6 +25,11 @@ class S3Settings(BaseSettings):
     multipart_threshold: int = Field(8 << 20, ge=5 << 20, description="bytes; larger objects move in parts")
     multipart_chunksize: int = Field(8 << 20, ge=5 << 20, description="bytes per ranged part")
     max_concurrency: int = Field(8, ge=1, description="parallel parts per transfer")
+    checksums: Literal["when_required", "when_supported"] = Field(
+        "when_required",
+        description="botocore request/response checksums; 'when_required' suits every S3-compatible store "
+        "(integrity is checked end to end by sha256 in the manifest anyway)",
+    )
 
 
 class HostdSettings(BaseSettings):

@@ -1,0 +1,218 @@
+"""Object storage through boto3: AWS S3 or any S3-compatible endpoint (MinIO, Ceph, R2).
+
+Endpoint, region and addressing style come from S3Settings; credentials from the standard AWS chain.
+Large objects move through s3transfer's managed transfers (parallel ranged GETs, multipart uploads);
+transient errors retry inside botocore (standard mode, with backoff), never in a loop here. Every failure
+is translated into a StorageError subclass whose message names the store and the cause.
+
+One botocore client per S3Storage; botocore clients are thread-safe, so hostd's worker threads share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError as BotoConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+
+from mmhost.settings import S3Settings
+from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, Storage, StorageError, StorageUnavailable
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+_CREDENTIALS = {
+    "403",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "InvalidToken",
+    "AuthorizationHeaderMalformed",
+}
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """'s3://bucket/some/prefix' -> ('bucket', 'some/prefix/'); the prefix is '' or ends with '/'."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{uri!r}: no bucket name")
+    prefix = prefix.strip("/")
+    return bucket, (prefix + "/" if prefix else "")
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """s3transfer and boto3 wrap botocore errors (S3UploadFailedError, futures); find the botocore one."""
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (ClientError, BotoCoreError)):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return exc
+
+
+class S3Storage(Storage):
+    def __init__(self, bucket: str, prefix: str, settings: S3Settings) -> None:
+        self.bucket = bucket
+        self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+        self.settings = settings
+        where = settings.endpoint_url or f"AWS S3 ({settings.region})"
+        self.endpoint = where
+        self.description = f"s3://{bucket}/{self.prefix} at {where}"
+        config = Config(
+            region_name=settings.region,
+            s3={"addressing_style": settings.addressing_style},
+            retries={"mode": "standard", "max_attempts": settings.max_attempts},
+            connect_timeout=settings.connect_timeout_s,
+            read_timeout=settings.read_timeout_s,
+            max_pool_connections=max(10, settings.max_concurrency * 2),
+            request_checksum_calculation=settings.checksums,
+            response_checksum_validation=settings.checksums,
+        )
+        # A session of our own: boto3's default session is module-global and not thread-safe.
+        session = boto3.session.Session()
+        self._client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+        self._transfer = TransferConfig(
+            multipart_threshold=settings.multipart_threshold,
+            multipart_chunksize=settings.multipart_chunksize,
+            max_concurrency=settings.max_concurrency,
+            num_download_attempts=2,  # stream errors mid-part; connection errors already retry in botocore
+            use_threads=True,
+        )
+
+    @classmethod
+    def from_uri(cls, uri: str, settings: S3Settings) -> S3Storage:
+        bucket, prefix = parse_s3_uri(uri)
+        return cls(bucket, prefix, settings)
+
+    @property
+    def client(self):
+        """The botocore client (for event hooks in tests and benchmarks)."""
+        return self._client
+
+    # -- errors ---------------------------------------------------------------------------------------
+
+    def _error(self, exc: BaseException, action: str, key: str | None = None) -> StorageError:
+        cause = _root_cause(exc)
+        what = f"{action} {key!r}" if key is not None else action
+        if isinstance(cause, ClientError):
+            err = cause.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = str(cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            msg = err.get("Message") or code
+            if code == "NoSuchBucket":
+                return StorageUnavailable(f"{self.description}: bucket {self.bucket!r} does not exist ({what})")
+            if code in _NOT_FOUND or status == "404":
+                return ObjectNotFound(f"{self.description}: no object {key!r}")
+            if code in _CREDENTIALS or status == "403":
+                return StorageUnavailable(
+                    f"{self.description}: credentials refused while trying to {what}: {code}: {msg}"
+                )
+            if status.startswith("5") or code in ("SlowDown", "ServiceUnavailable", "InternalError"):
+                return StorageUnavailable(f"{self.description}: storage error while trying to {what}: {code}: {msg}")
+            return StorageError(f"{self.description}: cannot {what}: {code}: {msg}")
+        if isinstance(cause, (NoCredentialsError, PartialCredentialsError)):
+            return StorageUnavailable(f"{self.description}: no usable AWS credentials ({cause}); cannot {what}")
+        if isinstance(cause, (BotoConnectionError, HTTPClientError)):
+            return StorageUnavailable(f"{self.description}: cannot reach storage at {self.endpoint} to {what}: {cause}")
+        if isinstance(cause, BotoCoreError):
+            return StorageUnavailable(f"{self.description}: cannot {what}: {cause}")
+        if isinstance(cause, OSError):
+            return StorageError(f"{self.description}: cannot {what}: {cause}")
+        return StorageError(f"{self.description}: cannot {what}: {type(cause).__name__}: {cause}")
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        full = self.prefix + prefix
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    yield ObjectInfo(obj["Key"][len(self.prefix) :], int(obj["Size"]))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", prefix) from e
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        full = self.prefix + prefix
+        if full and not full.endswith("/"):
+            full += "/"
+        out: list[str] = []
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full, Delimiter="/"
+            )
+            for page in pages:
+                for cp in page.get("CommonPrefixes", []):
+                    name = cp["Prefix"][len(full) :].rstrip("/")
+                    if name:
+                        out.append(name)
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", prefix) from e
+        return sorted(out)
+
+    def stat(self, key: str) -> ObjectInfo:
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self.prefix + key)
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "stat", key) from e
+        return ObjectInfo(key, int(head["ContentLength"]))
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            resp = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            with resp["Body"] as body:
+                return body.read()
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "read", key) from e
+
+    def download(self, key: str, dest: Path, progress: ProgressFn | None = None) -> None:
+        """Objects above multipart_threshold come down in parallel ranged GETs of multipart_chunksize.
+        s3transfer writes a temporary file next to `dest` and renames it when complete."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._client.download_file(
+                self.bucket, self.prefix + key, str(dest), Config=self._transfer, Callback=progress
+            )
+        except Exception as e:  # s3transfer re-raises worker errors as they were, or wrapped
+            raise self._error(e, "download", key) from e
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """A single PUT: S3 makes it visible all at once, so readers see the old object or the new one."""
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "write", key) from e
+
+    def upload_file(self, src: Path, key: str, progress: ProgressFn | None = None) -> None:
+        """Files above multipart_threshold go up as a multipart upload, parts in parallel."""
+        try:
+            self._client.upload_file(str(src), self.bucket, self.prefix + key, Config=self._transfer, Callback=progress)
+        except Exception as e:  # boto3 wraps ClientError in S3UploadFailedError
+            if isinstance(e, OSError) and not isinstance(_root_cause(e), (ClientError, BotoCoreError)):
+                raise StorageError(f"{self.description}: cannot read {src}: {e}") from e
+            raise self._error(e, "upload", key) from e
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self.prefix + key)
+        except (ClientError, BotoCoreError) as e:
+            err = self._error(e, "delete", key)
+            if isinstance(err, ObjectNotFound):
+                return
+            raise err from e

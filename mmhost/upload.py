@@ -1,0 +1,162 @@
+"""Validate a model file and publish it as a new version: the logic behind `mmhost upload`.
+
+Nothing is written to the store until the model has passed every check: size limit, a format that cannot
+run arbitrary code on load, a successful load in its runtime, a signature (read from the file, or stated by
+the uploader for TorchScript), and one test inference on zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mmhost.manifest import DATATYPES, DynamicBatching, ModelFormat, ModelManifest, TensorSpec, check_name
+from storage_adapters.base import ProgressFn
+from storage_adapters.publish import publish_version
+from storage_adapters.repository import ModelRepository
+
+DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_MAX_BATCH_SIZE = 32
+MODEL_FILE = {ModelFormat.ONNX: "model.onnx", ModelFormat.TORCHSCRIPT: "model.pt", ModelFormat.TORCH_EXPORT: "model.pt2"}
+
+
+class UploadRefused(Exception):
+    """The model failed validation, or the version cannot be written. Nothing was stored."""
+
+
+@dataclass
+class UploadRequest:
+    tenant: str
+    model: str
+    file: Path
+    version: str | None = None
+    format: ModelFormat | None = None
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    max_batch_size: int | None = None  # None: 32 when every tensor's first dimension is dynamic, else 0
+    instance_count: int = 1
+    max_queue_delay_us: int = 0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    uploaded_by: str = ""
+    description: str = ""
+
+
+def parse_tensor_spec(text: str) -> TensorSpec:
+    """'name:DTYPE:d1,d2' (dims may be -1 for dynamic), e.g. 'INPUT__0:FP32:-1,16'."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"tensor spec {text!r}: expected name:DTYPE:d1,d2 (e.g. INPUT__0:FP32:-1,16)")
+    name, dtype, dims = parts
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+    except ValueError:
+        raise ValueError(f"tensor spec {text!r}: dimensions must be integers (-1 for dynamic)") from None
+    return TensorSpec(name=name, datatype=dtype, shape=shape)
+
+
+def next_version(repo: ModelRepository, tenant: str, model: str) -> str:
+    """One past the highest integer version folder, complete or not: a half-written folder is never reused."""
+    from mmhost.manifest import model_prefix
+
+    nums = [int(v) for v in repo.storage.list_dirs(model_prefix(tenant, model)) if v.isdigit()]
+    return str(max(nums, default=0) + 1)
+
+
+def _zeros(spec: TensorSpec) -> np.ndarray:
+    shape = [1 if d == -1 else d for d in spec.shape]
+    if spec.datatype == "BYTES":
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=DATATYPES[spec.datatype])
+
+
+def _check_outputs(spec: list[TensorSpec], got: dict[str, np.ndarray]) -> None:
+    for t in spec:
+        if t.name not in got:
+            raise UploadRefused(f"test inference did not return output {t.name!r}")
+        arr = got[t.name]
+        if len(arr.shape) != len(t.shape) or any(d != -1 and d != a for d, a in zip(t.shape, arr.shape)):
+            raise UploadRefused(
+                f"test inference returned {t.name!r} with shape {list(arr.shape)}, the signature says {t.shape}"
+            )
+
+
+def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
+    """Every check that needs no store. Returns the manifest to publish (files are filled in by publish)."""
+    from hostd.runtimes.base import DeviceSpec, RuntimeLoadError, detect_format, load_model, read_signature
+
+    try:
+        check_name("tenant", req.tenant)
+        check_name("model", req.model)
+        check_name("version", version)
+    except ValueError as e:
+        raise UploadRefused(str(e)) from None
+    if not req.file.is_file():
+        raise UploadRefused(f"{req.file}: no such file")
+    size = req.file.stat().st_size
+    if size > req.max_bytes:
+        raise UploadRefused(f"{req.file.name} is {size} bytes, over the limit of {req.max_bytes} bytes (--max-bytes)")
+    try:
+        fmt = detect_format(req.file)
+    except RuntimeLoadError as e:
+        raise UploadRefused(str(e)) from None
+    if req.format is not None and req.format is not fmt:
+        raise UploadRefused(f"{req.file.name}: --format {req.format.value} given, but the file is {fmt.value}")
+    try:
+        sig = read_signature(req.file, fmt)
+    except RuntimeLoadError as e:
+        raise UploadRefused(f"{req.file.name} does not load as {fmt.value}: {e}") from None
+    inputs, outputs = req.inputs, req.outputs
+    if sig is None and not (inputs and outputs):
+        raise UploadRefused(
+            f"{req.file.name}: a {fmt.value} file does not declare its signature; "
+            "state it with --input name:DTYPE:dims and --output name:DTYPE:dims"
+        )
+    if sig is not None:
+        inputs, outputs = inputs or sig[0], outputs or sig[1]
+    batchable = all(t.shape and t.shape[0] == -1 for t in inputs + outputs)
+    mbs = req.max_batch_size if req.max_batch_size is not None else (DEFAULT_MAX_BATCH_SIZE if batchable else 0)
+    try:
+        manifest = ModelManifest(
+            tenant=req.tenant,
+            model=req.model,
+            version=version,
+            format=fmt,
+            model_file=MODEL_FILE[fmt],
+            inputs=inputs,
+            outputs=outputs,
+            max_batch_size=mbs,
+            dynamic_batching=DynamicBatching(max_queue_delay_us=req.max_queue_delay_us) if mbs > 0 else None,
+            instance_count=req.instance_count,
+            uploaded_by=req.uploaded_by,
+            description=req.description,
+        )
+    except ValueError as e:
+        raise UploadRefused(f"invalid model configuration: {e}") from None
+    try:
+        loaded = load_model(req.file, manifest, DeviceSpec())
+    except RuntimeLoadError as e:
+        raise UploadRefused(f"{req.file.name} does not load as {fmt.value}: {e}") from None
+    try:
+        got = loaded.run({t.name: _zeros(t) for t in inputs}, [t.name for t in outputs])
+    except Exception as e:  # runtimes raise their own types for shape/dtype mismatches
+        raise UploadRefused(f"test inference on zeros failed: {type(e).__name__}: {e}") from None
+    finally:
+        loaded.close()
+    _check_outputs(outputs, got)
+    return manifest
+
+
+def upload(
+    repo: ModelRepository,
+    req: UploadRequest,
+    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+) -> ModelManifest:
+    """Validate, then publish (files first, manifest last). Returns the manifest as written."""
+    version = req.version or next_version(repo, req.tenant, req.model)
+    manifest = validate(req, version)
+    if version in repo.versions(req.tenant, req.model):
+        raise UploadRefused(f"{req.tenant}/{req.model} version {version} already exists; versions are immutable")
+    return publish_version(repo, manifest, {manifest.model_file: req.file}, progress_for)

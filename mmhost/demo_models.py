@@ -125,3 +125,47 @@ def torch_manifest(tenant: str, model: str, version: str, fmt: ModelFormat, file
         max_batch_size=32,
         dynamic_batching=DynamicBatching(),
     )
+
+
+def onnx_manifest(tenant: str, model: str, version: str, path: Path, filename: str) -> ModelManifest:
+    """A manifest whose signature is read from the ONNX file itself."""
+    from hostd.runtimes.base import read_signature
+
+    sig = read_signature(path, ModelFormat.ONNX)
+    assert sig is not None
+    ins, outs = sig
+    return ModelManifest(
+        tenant=tenant, model=model, version=version, format=ModelFormat.ONNX, model_file=filename,
+        inputs=ins, outputs=outs,
+    )
+
+
+def seed_store(root: Path, tenant: str = "demo", mlp_dims: tuple[int, ...] = (64, 128, 10)) -> list[ModelManifest]:
+    """Build the demo models into a local store (missing ones only). Returns the manifests in the store."""
+    import tempfile
+
+    from storage_adapters.local import LocalStorage
+    from storage_adapters.publish import publish_version
+    from storage_adapters.repository import ModelRepository
+
+    repo = ModelRepository(LocalStorage(root))
+    have = set(repo.models(tenant)) if (root / "tenants").exists() else set()
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        if "mlp" not in have:
+            build_onnx_mlp(t / "mlp.onnx", mlp_dims)
+            publish_version(repo, onnx_manifest(tenant, "mlp", "1", t / "mlp.onnx", "model.onnx"), {"model.onnx": t / "mlp.onnx"})
+        if "typed" not in have:
+            build_onnx_typed(t / "typed.onnx")
+            publish_version(repo, onnx_manifest(tenant, "typed", "1", t / "typed.onnx", "model.onnx"), {"model.onnx": t / "typed.onnx"})
+        if "scripted" not in have:
+            build_torchscript(t / "scripted.pt")
+            publish_version(
+                repo, torch_manifest(tenant, "scripted", "1", ModelFormat.TORCHSCRIPT, "model.pt"), {"model.pt": t / "scripted.pt"}
+            )
+        if "exported" not in have:
+            build_torch_export(t / "exported.pt2")
+            publish_version(
+                repo, torch_manifest(tenant, "exported", "1", ModelFormat.TORCH_EXPORT, "model.pt2"), {"model.pt2": t / "exported.pt2"}
+            )
+    return repo.all_manifests()

@@ -123,7 +123,9 @@ class ModelManifest(BaseModel):
     model_file: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    max_batch_size: int = Field(0, ge=0, description="0 = the model does not batch")
+    max_batch_size: int | None = Field(
+        None, ge=0, description="None = automatic (batch when every tensor has a dynamic first dimension); 0 = off"
+    )
     dynamic_batching: DynamicBatching | None = None
     instance_count: int = Field(1, ge=1, le=64)
     queue_policy: QueuePolicy = Field(default_factory=QueuePolicy)
@@ -154,7 +156,7 @@ class ModelManifest(BaseModel):
         names = [t.name for t in self.inputs] + [t.name for t in self.outputs]
         if len(set(t.name for t in self.inputs)) != len(self.inputs):
             raise ValueError(f"duplicate input names in {names}")
-        if self.max_batch_size > 0:
+        if self.max_batch_size:
             for t in self.inputs + self.outputs:
                 if not t.shape or t.shape[0] != -1:
                     raise ValueError(
@@ -165,8 +167,23 @@ class ModelManifest(BaseModel):
         return self
 
     @property
+    def batchable(self) -> bool:
+        """Every input and output has a dynamic first dimension, so requests can be stacked."""
+        return all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
+
+    def resolved(self, default_max_batch_size: int) -> ModelManifest:
+        """The manifest with max_batch_size decided: automatic means `default_max_batch_size` for a batchable
+        model and 0 otherwise; dynamic batching switched off means 0."""
+        mbs = self.max_batch_size
+        if mbs is None:
+            mbs = default_max_batch_size if self.batchable else 0
+        if self.dynamic_batching is not None and not self.dynamic_batching.enabled:
+            mbs = 0
+        return self.model_copy(update={"max_batch_size": mbs})
+
+    @property
     def batching_enabled(self) -> bool:
-        return self.max_batch_size > 0 and (self.dynamic_batching is None or self.dynamic_batching.enabled)
+        return bool(self.max_batch_size) and (self.dynamic_batching is None or self.dynamic_batching.enabled)
 
     @property
     def batching(self) -> DynamicBatching:

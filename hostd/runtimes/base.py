@@ -43,6 +43,15 @@ class LoadedModel(abc.ABC):
         """Release every reference to runtime memory (sessions, modules, device buffers)."""
 
 
+def prepare_runtime(fmt: ModelFormat) -> None:
+    """Import the runtime's library ahead of a load, so that the memory measured around a load is the
+    model's own and not the library's (importing torch alone takes ~200 MB)."""
+    if fmt is ModelFormat.ONNX:
+        import onnxruntime  # noqa: F401
+    else:
+        import torch  # noqa: F401
+
+
 def load_model(path: Path, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
     if manifest.format is ModelFormat.ONNX:
         from hostd.runtimes.onnx import OnnxModel

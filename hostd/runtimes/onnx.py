@@ -70,6 +70,19 @@ def onnx_signature(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return [spec(a) for a in sess.get_inputs()], [spec(a) for a in sess.get_outputs()]
 
 
+def _to_str(arr: np.ndarray) -> np.ndarray:
+    """ORT string tensors hold str; v2 BYTES hold bytes (decoded as UTF-8, undecodable bytes kept by escape)."""
+    out = np.empty(arr.shape, dtype=object)
+    out.flat[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in arr.flat]
+    return out
+
+
+def _to_bytes(arr: np.ndarray) -> np.ndarray:
+    out = np.empty(arr.shape, dtype=object)
+    out.flat[:] = [v.encode("utf-8", "surrogateescape") if isinstance(v, str) else bytes(v) for v in arr.flat]
+    return out
+
+
 class OnnxModel(LoadedModel):
     def __init__(self, path: Path, manifest: ModelManifest, device: DeviceSpec) -> None:
         self.device = device
@@ -78,8 +91,9 @@ class OnnxModel(LoadedModel):
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         names = outputs or self._output_names
-        res = self._sess.run(names, inputs)
-        return dict(zip(names, res))
+        feed = {k: (_to_str(v) if v.dtype == object else v) for k, v in inputs.items()}
+        res = self._sess.run(names, feed)
+        return {n: (_to_bytes(r) if r.dtype == object or r.dtype.kind == "U" else r) for n, r in zip(names, res)}
 
     def close(self) -> None:
         self._sess = None  # the session's arenas are freed when the last reference goes

@@ -92,7 +92,7 @@ class TorchModel(LoadedModel):
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         torch = self._torch
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[n])).to(self._dev) for n in self._input_names]
+        args = [torch.from_numpy(np.require(inputs[n], requirements=["C", "W"])).to(self._dev) for n in self._input_names]
         with torch.inference_mode():
             res = self._fn(*args)
         if isinstance(res, torch.Tensor):

@@ -1,0 +1,335 @@
+"""The models of one host: catalog lookups, lifecycle, single-flight lazy loading, explicit load/unload.
+
+A request for a model that is not resident starts its load and waits on it; concurrent requests for the
+same model wait on the same load. A failed load answers every waiter with the error and leaves the model
+FAILED until a backoff passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from hostd.batch_policy import BatchConfig
+from hostd.batcher import ModelRunner, QueueLimits
+from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from hostd.loader import Loader
+from hostd.metrics import HostdMetrics
+from hostd.model_state import ModelState, check_transition, failed_backoff
+from hostd.runtimes.base import LoadedModel
+from hostd.stats import ModelStats
+from mmhost.manifest import ModelManifest, VersionPolicy
+from mmhost.settings import HostdSettings
+from mmhost.versions import VersionNotFound, resolve_version
+from storage_adapters.base import StorageError
+from storage_adapters.repository import ModelNotFound, ModelRepository
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str]  # (tenant, model, version)
+
+
+@dataclass
+class ModelEntry:
+    manifest: ModelManifest
+    stats: ModelStats = field(default_factory=ModelStats)
+    state: ModelState = ModelState.ABSENT
+    runner: ModelRunner | None = None
+    loaded: LoadedModel | None = None
+    load_task: asyncio.Task | None = None
+    unload_task: asyncio.Task | None = None
+    error: str = ""
+    failures: int = 0
+    retry_at: float = 0.0
+    memory_bytes: int = 0
+    last_used: float = 0.0
+    hits: int = 0
+    pinned: bool = False
+
+    @property
+    def key(self) -> Key:
+        return self.manifest.key()
+
+    def set_state(self, new: ModelState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    @property
+    def busy(self) -> bool:
+        return self.runner is not None and self.runner.busy
+
+
+@dataclass
+class _CatalogItem:
+    expires: float
+    versions: list[str]
+    policy: VersionPolicy
+
+
+class ModelManager:
+    def __init__(
+        self,
+        *,
+        repo: ModelRepository,
+        loader: Loader,
+        settings: HostdSettings,
+        metrics: HostdMetrics,
+        exec_pool: Executor,
+        load_pool: Executor,
+        clock: Callable[[], float] = time.monotonic,
+        catalog_ttl_s: float = 2.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.repo = repo
+        self.loader = loader
+        self.settings = settings
+        self.metrics = metrics
+        self._exec_pool = exec_pool
+        self._load_pool = load_pool
+        self._clock = clock
+        self._ttl = catalog_ttl_s
+        self._rng = rng or random.Random()
+        self._catalog: dict[tuple[str, str], _CatalogItem] = {}
+        self.entries: dict[Key, ModelEntry] = {}
+
+    # ---- catalog -----------------------------------------------------------------------------------
+    async def _catalog_item(self, tenant: str, model: str) -> _CatalogItem:
+        now = self._clock()
+        item = self._catalog.get((tenant, model))
+        if item is not None and item.expires > now:
+            return item
+        try:
+            versions, policy = await asyncio.to_thread(self._read_catalog, tenant, model)
+        except StorageError as e:
+            if item is not None:  # storage down: keep serving what we know
+                log.warning("catalog refresh for %s/%s failed, using the last known versions: %s", tenant, model, e)
+                item.expires = now + self._ttl
+                return item
+            raise Unavailable(f"model {model!r}: storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
+        item = _CatalogItem(now + self._ttl, versions, policy)
+        self._catalog[(tenant, model)] = item
+        return item
+
+    def _read_catalog(self, tenant: str, model: str) -> tuple[list[str], VersionPolicy]:
+        versions = self.repo.versions(tenant, model)
+        return versions, (self.repo.policy(tenant, model) if versions else VersionPolicy())
+
+    async def resolve(self, tenant: str, model: str, version: str | None) -> ModelEntry:
+        """The entry for the version a request gets. Unknown tenant, model or version: NotFound (the same
+        message either way, so another tenant's model is indistinguishable from a missing one)."""
+        item = await self._catalog_item(tenant, model)
+        if not item.versions:
+            raise NotFound(f"model {model!r} not found")
+        try:
+            v = resolve_version(item.versions, item.policy, version or None, self._rng.random())
+        except VersionNotFound:
+            raise NotFound(f"model {model!r} version {version!r} not found") from None
+        key = (tenant, model, v)
+        e = self.entries.get(key)
+        if e is None:
+            try:
+                m = await asyncio.to_thread(self.repo.manifest, tenant, model, v)
+            except ModelNotFound:
+                raise NotFound(f"model {model!r} version {v!r} not found") from None
+            except StorageError as err:
+                raise Unavailable(f"model {model!r}: storage unavailable: {err}", reason="storage_down", retry_after_ms=1000) from err
+            e = self.entries.setdefault(key, ModelEntry(m.resolved(self.settings.default_max_batch_size)))
+        return e
+
+    async def versions(self, tenant: str, model: str) -> list[str]:
+        return list((await self._catalog_item(tenant, model)).versions)
+
+    # ---- loading -----------------------------------------------------------------------------------
+    async def ready_runner(self, e: ModelEntry, deadline: float = float("inf")) -> ModelRunner:
+        while True:
+            now = self._clock()
+            if e.state is ModelState.READY and e.runner is not None:
+                e.last_used = now
+                e.hits += 1
+                return e.runner
+            if e.state is ModelState.FAILED and now < e.retry_at:
+                wait_ms = int((e.retry_at - now) * 1000)
+                raise Unavailable(
+                    f"model {e.manifest.model!r} version {e.manifest.version!r} failed to load: {e.error} "
+                    f"(next attempt in {wait_ms} ms)",
+                    reason="load_failed",
+                    retry_after_ms=max(wait_ms, 1),
+                )
+            task = e.unload_task if e.state is ModelState.UNLOADING else self._start_load(e)
+            remaining = deadline - now
+            if remaining <= 0:
+                raise DeadlineExceeded(f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline")
+            try:
+                await asyncio.wait_for(asyncio.shield(task), None if remaining == float("inf") else remaining)
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(
+                    f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline"
+                ) from None
+
+    def _start_load(self, e: ModelEntry) -> asyncio.Task:
+        if e.load_task is None:
+            e.set_state(ModelState.LOADING)
+            e.load_task = asyncio.get_running_loop().create_task(self._load(e))
+            e.load_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved by waiters
+        return e.load_task
+
+    async def _make_room(self, e: ModelEntry) -> None:
+        """Hook for the device budget (tiered cache): free memory before a load needs it."""
+
+    async def _load(self, e: ModelEntry) -> None:
+        m = e.manifest
+        labels = (m.tenant, m.model)
+        try:
+            await self._make_room(e)
+            res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
+        except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
+            e.failures += 1
+            e.error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
+            e.retry_at = self._clock() + failed_backoff(e.failures)
+            e.set_state(ModelState.FAILED)
+            self.metrics.loads.labels(*labels, "failure").inc()
+            log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
+            if isinstance(err, ServingError):
+                raise
+            raise Internal(f"model {m.model!r} version {m.version!r}: load failed: {e.error}") from err
+        finally:
+            e.load_task = None
+        for phase, secs in res.timings.items():
+            self.metrics.load_duration.labels(phase).observe(secs)
+        e.loaded = res.model
+        e.memory_bytes = res.memory_bytes
+        b = m.batching
+        e.runner = ModelRunner(
+            tenant=m.tenant,
+            model=m.model,
+            loaded=res.model,
+            config=BatchConfig(
+                max_batch_size=m.max_batch_size or 0,
+                max_queue_delay=b.max_queue_delay_us / 1e6,
+                preferred_sizes=tuple(b.preferred_batch_sizes),
+            ),
+            limits=QueueLimits(
+                max_queue_size=m.queue_policy.max_queue_size or self.settings.max_queue_size,
+                default_timeout_s=m.queue_policy.default_timeout_us / 1e6,
+                delay_on_timeout=m.queue_policy.timeout_action == "delay",
+            ),
+            instances=m.instance_count,
+            pool=self._exec_pool,
+            stats=e.stats,
+            metrics=self.metrics,
+            clock=self._clock,
+        )
+        e.failures = 0
+        e.error = ""
+        e.last_used = self._clock()
+        e.set_state(ModelState.READY)
+        self.metrics.loads.labels(*labels, "success").inc()
+        self.metrics.model_memory.labels(m.tenant, m.model, m.version).set(e.memory_bytes)
+        self._update_resident()
+        log.info(
+            "loaded %s/%s v%s: %.1f MB%s in %.2fs",
+            m.tenant, m.model, m.version, e.memory_bytes / 1e6, "" if res.memory_measured else " (file size; probe saw less)",
+            sum(res.timings.values()),
+        )
+
+    async def load(self, tenant: str, model: str, version: str | None = None, pin: bool | None = None) -> ModelEntry:
+        e = await self.resolve(tenant, model, version)
+        if pin is not None:
+            e.pinned = pin
+        if e.state is ModelState.FAILED:
+            e.retry_at = 0.0  # an explicit load retries at once
+        await self.ready_runner(e)
+        return e
+
+    async def unload(self, e: ModelEntry, drain_timeout_s: float = 30.0) -> None:
+        if e.state is ModelState.LOADING and e.load_task is not None:
+            try:
+                await asyncio.shield(e.load_task)
+            except Exception:  # noqa: BLE001 - a failed load leaves nothing to unload
+                pass
+        if e.state is ModelState.FAILED:
+            e.set_state(ModelState.ABSENT)
+            return
+        if e.state is ModelState.UNLOADING and e.unload_task is not None:
+            await asyncio.shield(e.unload_task)
+            return
+        if e.state is not ModelState.READY:
+            return
+        e.set_state(ModelState.UNLOADING)
+        e.unload_task = asyncio.get_running_loop().create_task(self._unload(e, drain_timeout_s))
+        await asyncio.shield(e.unload_task)
+
+    async def _unload(self, e: ModelEntry, drain_timeout_s: float) -> None:
+        runner, loaded = e.runner, e.loaded
+        try:
+            if runner is not None:
+                try:
+                    await asyncio.wait_for(runner.wait_idle(), drain_timeout_s)
+                except asyncio.TimeoutError:
+                    log.warning("unload of %s: work still queued after %.0fs; failing it", e.key, drain_timeout_s)
+                runner.close()
+            if loaded is not None:
+                await asyncio.get_running_loop().run_in_executor(self._load_pool, loaded.close)
+        finally:
+            e.runner = None
+            e.loaded = None
+            m = e.manifest
+            if e.memory_bytes:
+                self.metrics.model_memory.remove(m.tenant, m.model, m.version)
+            e.memory_bytes = 0
+            e.unload_task = None
+            e.set_state(ModelState.ABSENT)
+            self._update_resident()
+
+    async def unload_model(self, tenant: str, model: str) -> int:
+        """Unload every resident version of a model; returns how many were unloaded."""
+        targets = [e for (t, mname, _), e in self.entries.items() if t == tenant and mname == model]
+        if not targets and not (await self._catalog_item(tenant, model)).versions:
+            raise NotFound(f"model {model!r} not found")
+        n = 0
+        for e in targets:
+            if e.state in (ModelState.READY, ModelState.LOADING, ModelState.FAILED):
+                await self.unload(e)
+                n += 1
+            e.pinned = False
+        return n
+
+    def _update_resident(self) -> None:
+        self.metrics.models_resident.set(sum(1 for e in self.entries.values() if e.state is ModelState.READY))
+
+    async def preload_all(self) -> None:
+        manifests = await asyncio.to_thread(self.repo.all_manifests)
+        for m in manifests:
+            try:
+                await self.load(m.tenant, m.model, m.version)
+            except ServingError as err:
+                log.error("preload of %s/%s v%s failed: %s", m.tenant, m.model, m.version, err.message)
+
+    async def catalog_models(self, tenant: str) -> list[tuple[str, list[str]]]:
+        def read() -> list[tuple[str, list[str]]]:
+            return [(mname, self.repo.versions(tenant, mname)) for mname in self.repo.models(tenant)]
+
+        try:
+            return await asyncio.to_thread(read)
+        except StorageError as e:
+            raise Unavailable(f"storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        runners = [e.runner for e in self.entries.values() if e.runner is not None]
+        if not runners:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.wait_idle() for r in runners)), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def close(self) -> None:
+        for e in list(self.entries.values()):
+            if e.state in (ModelState.READY, ModelState.LOADING):
+                await self.unload(e, drain_timeout_s=0.0)

@@ -1,0 +1,48 @@
+"""hostd's Prometheus metrics, on a registry owned by the server (injected, never module-global).
+Names are in the mmhost_ namespace with base units."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LAT = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
+_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_LOAD = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+class HostdMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "mmhost_requests", "Inference requests answered, by gRPC status", ["tenant", "model", "status"], registry=r
+        )
+        self.request_duration = Histogram(
+            "mmhost_request_duration_seconds", "Time from arrival to answer", ["tenant", "model"], buckets=_LAT, registry=r
+        )
+        self.queue_duration = Histogram(
+            "mmhost_queue_duration_seconds", "Time a request waited in its model's queue", ["tenant", "model"],
+            buckets=_LAT, registry=r,
+        )
+        self.compute_duration = Histogram(
+            "mmhost_compute_duration_seconds", "Time one batch took to execute", ["tenant", "model"],
+            buckets=_LAT, registry=r,
+        )
+        self.batch_size = Histogram(
+            "mmhost_batch_size", "Rows per executed batch", ["tenant", "model"], buckets=_BATCH, registry=r
+        )
+        self.queue_depth = Gauge("mmhost_queue_depth", "Requests waiting per model", ["tenant", "model"], registry=r)
+        self.shed = Counter(
+            "mmhost_requests_shed", "Requests refused before reaching a model, by reason", ["tenant", "model", "reason"],
+            registry=r,
+        )
+        self.loads = Counter("mmhost_model_loads", "Model loads by result", ["tenant", "model", "result"], registry=r)
+        self.load_duration = Histogram(
+            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, deserialize, warmup)",
+            ["phase"], buckets=_LOAD, registry=r,
+        )
+        self.models_resident = Gauge("mmhost_models_resident", "Models READY on this host", registry=r)
+        self.model_memory = Gauge(
+            "mmhost_model_memory_bytes", "Measured device memory per resident model", ["tenant", "model", "version"],
+            registry=r,
+        )
+        self.draining = Gauge("mmhost_draining", "1 while the server drains after SIGTERM", registry=r)

@@ -1,0 +1,128 @@
+"""hostd's composition root: settings in, a running server out. Wires storage, loader, manager, servicers,
+health, reflection and metrics; SIGTERM drains in-flight requests, then exits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from hostd.control import ControlServicer, host_status
+from hostd.interceptors import ErrorInterceptor
+from hostd.loader import Loader
+from hostd.manager import ModelManager
+from hostd.memory import cuda_available, select_probe
+from hostd.metrics import HostdMetrics
+from hostd.runtimes.base import DeviceSpec
+from hostd.servicer import InferenceServicer
+from mmhost.settings import HostdSettings, S3Settings
+from protos import grpc_service_pb2, grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
+from storage_adapters import open_storage
+from storage_adapters.repository import ModelRepository
+
+log = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
+
+
+def pick_device(settings: HostdSettings) -> DeviceSpec:
+    kind = settings.device
+    if kind == "auto":
+        kind = "cuda" if cuda_available() else "cpu"
+    return DeviceSpec(kind=kind, ort_intra_op_threads=settings.ort_intra_op_threads, torch_threads=settings.torch_threads)
+
+
+class Hostd:
+    def __init__(self, settings: HostdSettings, s3: S3Settings | None = None) -> None:
+        self.settings = settings
+        self.metrics = HostdMetrics()
+        self.device = pick_device(settings)
+        self.probe = select_probe(self.device.kind, self.device.index)
+        self.storage = open_storage(settings.store, s3)
+        self.repo = ModelRepository(self.storage)
+        self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec")
+        self.load_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load")
+        self.loader = Loader(self.storage, settings.cache_dir, self.device, self.probe)
+        self.manager = ModelManager(
+            repo=self.repo, loader=self.loader, settings=settings, metrics=self.metrics,
+            exec_pool=self.exec_pool, load_pool=self.load_pool,
+        )
+        self.started = time.monotonic()
+        self.draining = False
+        self.host_id = f"{socket.gethostname()}:{settings.listen.rsplit(':', 1)[-1]}"
+        self.server: aio.Server | None = None
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self.port: int | None = None
+
+    def status(self):
+        return host_status(self.host_id, self.settings.listen, self.manager, self.probe, 0, self.started,
+                           self.draining, self.device.name)
+
+    async def start(self) -> None:
+        s = self.settings
+        limit = s.max_request_bytes + (1 << 20)
+        self.server = aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                     ("grpc.so_reuseport", 0)],
+        )
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self.manager, self.metrics, s.default_tenant, lambda: not self.draining), self.server
+        )
+        hostd_control_pb2_grpc.add_HostdControlServicer_to_server(ControlServicer(self.status), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+            hostd_control_pb2.DESCRIPTOR.services_by_name["HostdControl"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(s.listen)
+        if self.port == 0:
+            raise SystemExit(f"cannot listen on {s.listen}")
+        if s.metrics_port:
+            start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
+        await self.server.start()
+        if s.preload:
+            await self.manager.preload_all()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        log.info("hostd serving on %s (device %s, probe %s, store %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}",
+                 self.device.name, self.probe.name, self.storage.description)
+
+    async def drain_and_stop(self) -> None:
+        """Stop taking new requests (health NOT_SERVING, ServerReady false), finish in-flight ones within the
+        drain timeout, then stop."""
+        if self.draining:
+            return
+        self.draining = True
+        self.metrics.draining.set(1)
+        await self.health.enter_graceful_shutdown()
+        log.info("draining: waiting up to %.0fs for in-flight requests", self.settings.drain_timeout_s)
+        assert self.server is not None
+        await self.server.stop(self.settings.drain_timeout_s)
+        await self.manager.close()
+        self.exec_pool.shutdown(wait=False, cancel_futures=True)
+        self.load_pool.shutdown(wait=False, cancel_futures=True)
+        log.info("hostd stopped")
+
+    async def run_forever(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.drain_and_stop()
+
+
+def serve(settings: HostdSettings, s3: S3Settings | None = None) -> None:
+    asyncio.run(Hostd(settings, s3).run_forever())

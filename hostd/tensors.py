@@ -1,0 +1,219 @@
+"""Between v2 protobuf tensors and numpy, with validation against the model's signature.
+
+Raw inputs (`raw_input_contents`) are read without copying (np.frombuffer); typed `contents` are read from
+the matching repeated field. Every problem is an InvalidArgument naming the tensor and what was wrong.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostd.errors import InvalidArgument
+from mmhost.manifest import DATATYPES, ModelManifest, TensorSpec
+from protos import grpc_service_pb2 as pb
+
+_NP = {k: np.dtype(v) for k, v in DATATYPES.items() if k != "BYTES"}
+_V2_OF_NP = {v: k for k, v in _NP.items()}
+
+# Which typed-contents field carries each datatype (v2 spec).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]  # requested output names, in model order when none were requested
+    raw: bool  # answer with raw_output_contents
+    rows: int  # batch rows (1 for models that do not batch)
+    shape_key: tuple
+    nbytes: int
+
+
+def v2_datatype(arr: np.ndarray) -> str:
+    if arr.dtype == object or arr.dtype.kind in ("S", "U"):
+        return "BYTES"
+    try:
+        return _V2_OF_NP[arr.dtype]
+    except KeyError:
+        raise InvalidArgument(f"unsupported output dtype {arr.dtype}") from None
+
+
+def _numel(shape, name: str, limit: int) -> int:
+    n = 1
+    for d in shape:
+        if d < 0:
+            raise InvalidArgument(f"input {name!r}: shape {list(shape)} has a negative dimension")
+        n *= d
+        if n > limit:
+            raise InvalidArgument(f"input {name!r}: shape {list(shape)} is larger than the request size limit")
+    return n
+
+
+def _check_shape(spec: TensorSpec, shape: list[int], max_batch: int) -> None:
+    if len(shape) != len(spec.shape):
+        raise InvalidArgument(
+            f"input {spec.name!r}: expected {len(spec.shape)} dimensions {spec.shape}, got shape {shape}"
+        )
+    for i, (want, got) in enumerate(zip(spec.shape, shape)):
+        if want != -1 and want != got:
+            raise InvalidArgument(f"input {spec.name!r}: dimension {i} must be {want}, got shape {shape}")
+    if max_batch > 0:
+        if shape[0] < 1:
+            raise InvalidArgument(f"input {spec.name!r}: batch dimension must be at least 1, got {shape[0]}")
+        if shape[0] > max_batch:
+            raise InvalidArgument(
+                f"input {spec.name!r}: batch size {shape[0]} exceeds the model's max_batch_size {max_batch}"
+            )
+
+
+def _decode_bytes_raw(buf: bytes, n: int, name: str) -> np.ndarray:
+    out = np.empty(n, dtype=object)
+    off = 0
+    for i in range(n):
+        if off + 4 > len(buf):
+            raise InvalidArgument(f"input {name!r}: raw BYTES content ends inside element {i}")
+        (ln,) = struct.unpack_from("<I", buf, off)
+        off += 4
+        if off + ln > len(buf):
+            raise InvalidArgument(f"input {name!r}: raw BYTES element {i} runs past the end of the content")
+        out[i] = bytes(buf[off : off + ln])
+        off += ln
+    if off != len(buf):
+        raise InvalidArgument(f"input {name!r}: {len(buf) - off} bytes left over after {n} BYTES elements")
+    return out
+
+
+def encode_bytes_raw(arr: np.ndarray) -> bytes:
+    parts = []
+    for v in arr.ravel():
+        b = v if isinstance(v, bytes) else str(v).encode()
+        parts.append(struct.pack("<I", len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) -> DecodedRequest:
+    specs = {t.name: t for t in m.inputs}
+    raw_list = req.raw_input_contents
+    use_raw = len(raw_list) > 0
+    if use_raw and len(raw_list) != len(req.inputs):
+        raise InvalidArgument(
+            f"raw_input_contents has {len(raw_list)} entries but the request has {len(req.inputs)} inputs"
+        )
+    max_batch = m.max_batch_size
+    seen: dict[str, np.ndarray] = {}
+    rows = None
+    total = 0
+    for i, t in enumerate(req.inputs):
+        spec = specs.get(t.name)
+        if spec is None:
+            raise InvalidArgument(f"unknown input {t.name!r}; the model's inputs are {sorted(specs)}")
+        if t.name in seen:
+            raise InvalidArgument(f"input {t.name!r} given more than once")
+        dt = t.datatype.upper()
+        if dt != spec.datatype:
+            raise InvalidArgument(f"input {t.name!r}: expected datatype {spec.datatype}, got {t.datatype or '(empty)'}")
+        shape = list(t.shape)
+        _check_shape(spec, shape, max_batch)
+        n = _numel(shape, t.name, max_bytes)
+        if use_raw:
+            if t.HasField("contents"):
+                raise InvalidArgument(f"input {t.name!r}: give either contents or raw_input_contents, not both")
+            buf = raw_list[i]
+            total += len(buf)
+            if total > max_bytes:
+                raise InvalidArgument(f"request tensors exceed the size limit of {max_bytes} bytes")
+            if dt == "BYTES":
+                arr = _decode_bytes_raw(buf, n, t.name)
+            else:
+                want = n * _NP[dt].itemsize
+                if len(buf) != want:
+                    raise InvalidArgument(
+                        f"input {t.name!r}: raw content has {len(buf)} bytes, shape {shape} of {dt} needs {want}"
+                    )
+                arr = np.frombuffer(buf, dtype=_NP[dt])
+        else:
+            if dt == "FP16":
+                raise InvalidArgument(f"input {t.name!r}: FP16 data must be sent in raw_input_contents")
+            field = getattr(t.contents, _CONTENTS_FIELD[dt])
+            if len(field) != n:
+                raise InvalidArgument(
+                    f"input {t.name!r}: contents has {len(field)} elements, shape {shape} needs {n}"
+                )
+            if dt == "BYTES":
+                arr = np.empty(n, dtype=object)
+                arr[:] = list(field)
+                total += sum(len(b) for b in field)
+            else:
+                arr = np.asarray(field, dtype=_NP[dt])
+                total += arr.nbytes
+            if total > max_bytes:
+                raise InvalidArgument(f"request tensors exceed the size limit of {max_bytes} bytes")
+        arr = arr.reshape(shape)
+        seen[t.name] = arr
+        if max_batch > 0:
+            if rows is None:
+                rows = shape[0]
+            elif shape[0] != rows:
+                raise InvalidArgument(f"input {t.name!r}: batch size {shape[0]} differs from other inputs ({rows})")
+    missing = [n for n in specs if n not in seen]
+    if missing:
+        raise InvalidArgument(f"missing input(s) {missing}")
+    out_names = [o.name for o in m.outputs]
+    requested = [o.name for o in req.outputs]
+    for name in requested:
+        if name not in out_names:
+            raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {out_names}")
+    shape_key = tuple((n, seen[n].shape[1:] if max_batch > 0 else seen[n].shape) for n in specs)
+    return DecodedRequest(
+        inputs=seen,
+        outputs=requested or out_names,
+        raw=use_raw,
+        rows=rows if rows is not None else 1,
+        shape_key=shape_key,
+        nbytes=total,
+    )
+
+
+def _set_contents(c: pb.InferTensorContents, dt: str, arr: np.ndarray) -> None:
+    flat = arr.ravel()
+    if dt == "BYTES":
+        c.bytes_contents.extend(v if isinstance(v, bytes) else str(v).encode() for v in flat)
+    else:
+        getattr(c, _CONTENTS_FIELD[dt]).extend(flat.tolist())
+
+
+def encode_response(
+    req: pb.ModelInferRequest, m: ModelManifest, outputs: dict[str, np.ndarray], names: list[str], raw: bool
+) -> pb.ModelInferResponse:
+    """Raw outputs when the request used raw inputs. The spec wants either raw for every output or typed
+    contents for every output, and FP16 has no typed field, so an FP16 output makes the whole answer raw."""
+    resp = pb.ModelInferResponse(model_name=req.model_name, model_version=m.version, id=req.id)
+    dts = {n: v2_datatype(outputs[n]) for n in names}
+    raw = raw or "FP16" in dts.values()
+    for name in names:
+        arr, dt = outputs[name], dts[name]
+        o = resp.outputs.add(name=name, datatype=dt, shape=arr.shape)
+        if raw:
+            resp.raw_output_contents.append(
+                encode_bytes_raw(arr) if dt == "BYTES" else np.ascontiguousarray(arr).tobytes()
+            )
+        else:
+            _set_contents(o.contents, dt, arr)
+    return resp

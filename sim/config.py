@@ -1,0 +1,104 @@
+"""A simulation described in one file (YAML or JSON) or by flags; flags override the file.
+
+Example (YAML):
+    workload: {models: 1000, requests: 200000, zipf: 0.9, tenants: 4, noisy_models: 2000, noisy_share: 0.3}
+    cache_fraction: 0.1          # or cache_bytes: 8000000000
+    policies: [lru, gdsf, offline]
+    shares: {t0: {guaranteed: 1000000000}, noisy: {maximum: 2000000000}}
+    costs: {load_fixed_s: 0.1, load_s_per_byte: {storage: 5.0e-9}}   # sim.costs.calibrate input
+    mode: full                   # cache (fast path, default) or full (batching, latency)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hostd.batch_policy import BatchConfig
+from hostd.cache.policy import POLICIES, Share
+from sim.cluster import ClusterConfig
+from sim.costs import CostModel, calibrate
+from sim.trace import read_trace
+from sim.workload import SyntheticConfig, Workload, generate
+
+
+class ShareConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    guaranteed: int = Field(0, ge=0)
+    maximum: int | None = Field(None, ge=0)
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: SyntheticConfig = SyntheticConfig()
+    trace: Path | None = Field(None, description="replay this access log (JSON lines) instead of synthesizing")
+    mode: Literal["cache", "full"] = "cache"
+    cache_fraction: float = Field(0.1, gt=0, description="cache size as a share of all model bytes")
+    cache_bytes: int | None = Field(None, gt=0, description="cache size in bytes (per host); wins over fraction")
+    policies: list[str] = ["lru", "gdsf", "offline"]
+    sizes: list[float] = [0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75]
+    high: float = Field(1.0, gt=0, le=1, description="high watermark, share of the cache")
+    low: float = Field(1.0, gt=0, le=1, description="low watermark, share of the cache")
+    host_ram_bytes: int = Field(0, ge=0, description="host RAM tier per host; 0: reloads come from disk")
+    shares: dict[str, ShareConfig] = {}
+    pinned: list[str] = []
+    costs: dict[str, Any] = {}
+    hosts: int = Field(1, ge=1)
+    max_batch_size: int = Field(32, ge=0)
+    max_queue_delay_s: float = Field(0.0, ge=0)
+    executors_per_model: int = Field(1, ge=1)
+    max_queue: int = Field(1024, ge=1)
+    deadline_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SimConfig:
+        for p in self.policies:
+            if p != "offline" and p not in POLICIES:
+                raise ValueError(f"unknown policy {p!r}; known: {', '.join([*POLICIES, 'offline'])}")
+        if self.low > self.high:
+            raise ValueError("low watermark must not exceed high")
+        return self
+
+    def share_map(self) -> dict[str, Share] | None:
+        return {t: Share(s.guaranteed, s.maximum) for t, s in self.shares.items()} or None
+
+    def cost_model(self) -> CostModel:
+        return calibrate(self.costs) if self.costs else CostModel()
+
+    def load_workload(self) -> Workload:
+        return read_trace(self.trace) if self.trace else generate(self.workload)
+
+    def cache_size(self, wl: Workload) -> int:
+        return self.cache_bytes or int(wl.total_bytes * self.cache_fraction)
+
+    def cache_kwargs(self) -> dict[str, Any]:
+        return {"shares": self.share_map(), "high": self.high, "low": self.low,
+                "host_ram_bytes": self.host_ram_bytes, "pinned": tuple(self.pinned)}
+
+    def cluster(self, policy: str, cache_bytes: int) -> ClusterConfig:
+        return ClusterConfig(
+            hosts=self.hosts, device_bytes=cache_bytes, policy=policy, high=self.high, low=self.low,
+            shares=self.share_map(), pinned=tuple(self.pinned),
+            batch=BatchConfig(max_batch_size=self.max_batch_size, max_queue_delay=self.max_queue_delay_s),
+            executors_per_model=self.executors_per_model, max_queue=self.max_queue,
+            deadline_s=self.deadline_s or float("inf"), host_ram_bytes=self.host_ram_bytes,
+        )
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> SimConfig:
+    """Read the file (YAML or JSON), then apply `overrides` (None values ignored; key "workload" merges)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text(encoding="utf-8")
+        data = json.loads(text) if str(path).endswith(".json") else (yaml.safe_load(text) or {})
+    for k, v in (overrides or {}).items():
+        if k == "workload":
+            data["workload"] = {**data.get("workload", {}), **{a: b for a, b in v.items() if b is not None}}
+        elif v is not None:
+            data[k] = v
+    return SimConfig.model_validate(data)

@@ -1,0 +1,89 @@
+"""Cost model: batch compute time (fixed + per item, per model) and load time (fixed + per byte, per tier).
+
+Build it from measured numbers with `calibrate(data)`; `data` is a dict (or JSON file) in either form:
+- direct:  {"load_fixed_s": 0.1, "load_s_per_byte": {"storage": 5e-9, "disk": 1e-9, "host_ram": 1e-10},
+            "compute_default": {"fixed_s": 0.002, "per_item_s": 0.0004},
+            "compute": {"tenant/model/1": {"fixed_s": ..., "per_item_s": ...}}}
+- samples: {"loads": [{"tier": "storage", "bytes": 52000000, "seconds": 0.41}, ...],
+            "batches": [{"model": "tenant/model/1", "size": 8, "seconds": 0.004}, ...]}
+  fitted by least squares (seconds = fixed + slope * bytes or items), e.g. from Prometheus histograms.
+Both forms may be mixed; fitted samples override direct numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TIERS = ("storage", "disk", "host_ram")
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeCost:
+    fixed_s: float = 0.002
+    per_item_s: float = 0.0005
+
+
+@dataclass(frozen=True)
+class CostModel:
+    load_fixed_s: float = 0.1  # deserialize + warm-up, per load, any tier
+    load_s_per_byte: Mapping[str, float] = field(
+        default_factory=lambda: {"storage": 1 / 200e6, "disk": 1 / 1e9, "host_ram": 1 / 10e9}
+    )
+    compute_default: ComputeCost = ComputeCost()
+    compute: Mapping[str, ComputeCost] = field(default_factory=dict)
+
+    def load_seconds(self, size: int, tier: str) -> float:
+        return self.load_fixed_s + size * self.load_s_per_byte[tier]
+
+    def batch_seconds(self, model: str, items: int) -> float:
+        c = self.compute.get(model, self.compute_default)
+        return c.fixed_s + items * c.per_item_s
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) by least squares, both kept >= 0; one distinct x: the line through the origin."""
+    x, y = np.asarray(xs, float), np.asarray(ys, float)
+    if len(set(xs)) < 2:
+        return 0.0, float(y.sum() / max(x.sum(), 1e-30))
+    slope, intercept = np.polyfit(x, y, 1)
+    if intercept < 0:
+        return 0.0, float((x * y).sum() / (x * x).sum())
+    if slope < 0:
+        return float(y.mean()), 0.0
+    return float(intercept), float(slope)
+
+
+def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
+    if isinstance(data, (str, Path)):
+        data = json.loads(Path(data).read_text())
+    cm = CostModel()
+    per_byte = dict(cm.load_s_per_byte)
+    per_byte.update({k: float(v) for k, v in data.get("load_s_per_byte", {}).items()})
+    fixed = float(data.get("load_fixed_s", cm.load_fixed_s))
+    default = ComputeCost(**data["compute_default"]) if "compute_default" in data else cm.compute_default
+    compute = {k: ComputeCost(**v) for k, v in data.get("compute", {}).items()}
+
+    loads = data.get("loads", [])
+    if loads:
+        fixes = []
+        for tier in {s["tier"] for s in loads}:
+            if tier not in TIERS:
+                raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
+            pts = [s for s in loads if s["tier"] == tier]
+            f, slope = _fit([s["bytes"] for s in pts], [s["seconds"] for s in pts])
+            per_byte[tier] = slope
+            fixes.append(f)
+        fixed = float(np.mean(fixes))
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for s in data.get("batches", []):
+        by_model.setdefault(s["model"], []).append(s)
+    for model, pts in by_model.items():
+        f, slope = _fit([s["size"] for s in pts], [s["seconds"] for s in pts])
+        compute[model] = ComputeCost(f, slope)
+    return replace(cm, load_fixed_s=fixed, load_s_per_byte=per_byte, compute_default=default, compute=compute)

@@ -73,9 +73,8 @@ class Hostd:
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
                      ("grpc.so_reuseport", 0)],
         )
-        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(self.manager, self.metrics, s.default_tenant, lambda: not self.draining), self.server
-        )
+        self.servicer = InferenceServicer(self.manager, self.metrics, s.default_tenant)
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         hostd_control_pb2_grpc.add_HostdControlServicer_to_server(ControlServicer(self.status), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (
@@ -104,11 +103,14 @@ class Hostd:
         if self.draining:
             return
         self.draining = True
+        self.servicer.draining = True  # new inference requests get UNAVAILABLE (a router retries elsewhere)
         self.metrics.draining.set(1)
         await self.health.enter_graceful_shutdown()
-        log.info("draining: waiting up to %.0fs for in-flight requests", self.settings.drain_timeout_s)
+        log.info("draining: %d requests in flight, waiting up to %.0fs", self.servicer.inflight, self.settings.drain_timeout_s)
+        if not await self.servicer.wait_quiet(self.settings.drain_timeout_s):
+            log.warning("drain timeout: %d requests still in flight are cancelled", self.servicer.inflight)
         assert self.server is not None
-        await self.server.stop(self.settings.drain_timeout_s)
+        await self.server.stop(1.0)
         await self.manager.close()
         self.exec_pool.shutdown(wait=False, cancel_futures=True)
         self.load_pool.shutdown(wait=False, cancel_futures=True)

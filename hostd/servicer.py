@@ -7,12 +7,13 @@ call on a hostd's internal port) acts as the configured default tenant.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from grpc import aio
 
 from hostd.batch_policy import INF
-from hostd.errors import InvalidArgument, NotFound, ServingError
+from hostd.errors import InvalidArgument, NotFound, ServingError, Unavailable
 from hostd.manager import ModelEntry, ModelManager
 from hostd.metrics import HostdMetrics
 from hostd.model_state import ModelState
@@ -86,11 +87,25 @@ def model_config(m: ModelManifest) -> mc.ModelConfig:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, manager: ModelManager, metrics: HostdMetrics, default_tenant: str, is_ready) -> None:
+    def __init__(self, manager: ModelManager, metrics: HostdMetrics, default_tenant: str) -> None:
         self.manager = manager
         self.metrics = metrics
         self.default_tenant = default_tenant
-        self._is_ready = is_ready
+        self.draining = False
+        self.inflight = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+
+    def _is_ready(self) -> bool:
+        return not self.draining
+
+    async def wait_quiet(self, timeout_s: float) -> bool:
+        """Wait until no inference request is in flight; False if the timeout passed first."""
+        try:
+            await asyncio.wait_for(self._quiet.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     def _tenant(self, context) -> str:
         return tenant_of(context, self.default_tenant)
@@ -131,11 +146,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=model_config(e.manifest))
 
     async def ModelInfer(self, request, context):
+        self.inflight += 1
+        self._quiet.clear()
+        try:
+            return await self._infer(request, context)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._quiet.set()
+
+    async def _infer(self, request, context):
         t0 = time.monotonic()
         tenant = self._tenant(context)
         model = request.model_name
         e: ModelEntry | None = None
         try:
+            if self.draining:
+                raise Unavailable("server is draining; retry on another host", reason="draining", retry_after_ms=50)
             if not model:
                 raise InvalidArgument("model_name is required")
             e = await self.manager.resolve(tenant, model, request.model_version or None)

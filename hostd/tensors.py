@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostd.errors import InvalidArgument
-from mmhost.manifest import DATATYPES, ModelManifest, TensorSpec
+from mmhost.manifest import DATATYPES, ModelFormat, ModelManifest, TensorSpec
 from protos import grpc_service_pb2 as pb
 
 _NP = {k: np.dtype(v) for k, v in DATATYPES.items() if k != "BYTES"}
@@ -99,6 +99,15 @@ def _decode_bytes_raw(buf: bytes, n: int, name: str) -> np.ndarray:
     return out
 
 
+def _check_utf8(arr: np.ndarray, name: str) -> None:
+    """ONNX string tensors are UTF-8 text; refuse other bytes here, before they can fail a whole batch."""
+    for i, v in enumerate(arr.flat):
+        try:
+            v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"input {name!r}: BYTES element {i} is not valid UTF-8, which ONNX string tensors need") from None
+
+
 def encode_bytes_raw(arr: np.ndarray) -> bytes:
     parts = []
     for v in arr.ravel():
@@ -165,6 +174,8 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
                 total += arr.nbytes
             if total > max_bytes:
                 raise InvalidArgument(f"request tensors exceed the size limit of {max_bytes} bytes")
+        if dt == "BYTES" and m.format is ModelFormat.ONNX:
+            _check_utf8(arr, t.name)
         arr = arr.reshape(shape)
         seen[t.name] = arr
         if max_batch > 0:

@@ -71,15 +71,15 @@ def onnx_signature(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 
 def _to_str(arr: np.ndarray) -> np.ndarray:
-    """ORT string tensors hold str; v2 BYTES hold bytes (decoded as UTF-8, undecodable bytes kept by escape)."""
+    """ORT string tensors hold UTF-8 str; v2 BYTES hold bytes (validated as UTF-8 in hostd/tensors.py)."""
     out = np.empty(arr.shape, dtype=object)
-    out.flat[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in arr.flat]
+    out.flat[:] = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.flat]
     return out
 
 
 def _to_bytes(arr: np.ndarray) -> np.ndarray:
     out = np.empty(arr.shape, dtype=object)
-    out.flat[:] = [v.encode("utf-8", "surrogateescape") if isinstance(v, str) else bytes(v) for v in arr.flat]
+    out.flat[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in arr.flat]
     return out
 
 

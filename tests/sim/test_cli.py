@@ -1,0 +1,42 @@
+import json
+
+from typer.testing import CliRunner
+
+from mmhost.cli import app
+
+runner = CliRunner()
+
+
+def test_sim_sweep_end_to_end(tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["sim", "sweep", "--models", "80", "--requests", "4000", "--sizes", "0.05,0.1,0.3,0.6",
+                              "--policy", "lru", "--policy", "gdsf", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "miss-ratio curve" in res.output and "lru" in res.output and "gdsf" in res.output
+    assert (out / "mrc.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((out / "mrc.csv").read_text().splitlines()) == 1 + 8
+
+
+def test_sim_run_from_config_file_and_trace(tmp_path):
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text("workload: {models: 60, requests: 3000, tenants: 2, seed: 4}\ncache_fraction: 0.2\n"
+                   "policies: [lru, gdsf, offline]\n")
+    res = runner.invoke(app, ["sim", "run", "--config", str(cfg), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "3,000 requests" in res.output and "per tenant" in res.output and "offline" in res.output
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [r["policy"] for r in saved["results"]] == ["lru", "gdsf", "offline~"]
+    assert saved["config"]["workload"]["models"] == 60
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"ts": float(i), "tenant": "a", "model": f"m{i % 3}", "version": "1",
+                                         "size_bytes": 100}) + "\n" for i in range(30)))
+    res = runner.invoke(app, ["sim", "run", "--trace", str(trace), "--cache-bytes", "300", "-p", "lru",
+                              "--mode", "full"])
+    assert res.exit_code == 0, res.output
+    assert "30 requests" in res.output and "p99" in res.output
+
+
+def test_sim_rejects_bad_input():
+    res = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--requests", "10"])
+    assert res.exit_code != 0 and "unknown policy" in res.output

@@ -89,6 +89,7 @@ class S3Storage(Storage):
             multipart_threshold=settings.multipart_threshold,
             multipart_chunksize=settings.multipart_chunksize,
             max_concurrency=settings.max_concurrency,
+            io_chunksize=1 << 20,  # fewer, larger writes to the local file than the 256 KiB default
             num_download_attempts=2,  # stream errors mid-part; connection errors already retry in botocore
             use_threads=True,
         )

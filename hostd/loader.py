@@ -1,8 +1,8 @@
-"""Loading one model version: fetch its files to the local disk tier, verify size and sha256 before anything
-is deserialized, build the runtime session, warm it up, and measure the memory it really took.
+"""Loading one model version through the tiers: host RAM (bytes) <- local disk (verified files) <- storage.
 
-Runs in a worker thread (blocking I/O and CPU work), one load at a time per device, so that the memory
-measured around a load belongs to that load alone.
+Every file fetched from storage is checked for size and sha256 before anything is deserialized; then the
+runtime session is built, warmed up on zeros, and the memory it really took is measured. Runs in a worker
+thread, one load at a time per device, so the memory measured around a load belongs to that load alone.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hostd.cache.tiers import DiskTier, RamTier
 from hostd.errors import Unavailable
-from hostd.memory import MemoryProbe
+from hostd.memory import CpuProbe, MemoryProbe, release_free_memory
 from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError, load_model, prepare_runtime
 from mmhost.manifest import DATATYPES, ModelManifest
 from storage_adapters.base import ObjectNotFound, Storage, StorageError
@@ -39,8 +40,9 @@ class LoadFailed(Unavailable):
 @dataclass
 class LoadResult:
     model: LoadedModel
-    memory_bytes: int
-    memory_measured: bool  # False when the probe saw too little change and the file size was used
+    memory_delta: int  # what the probe saw change across deserialize + warm-up
+    memory_plausible: bool  # the delta is at least half the model's file bytes (weights must live somewhere)
+    source_tier: str  # "ram", "disk" or "storage": where the bytes came from
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -66,49 +68,52 @@ def warmup_inputs(m: ModelManifest) -> dict[str, np.ndarray]:
     return out
 
 
+def _name(m: ModelManifest) -> str:
+    return f"model {m.model!r} version {m.version!r}"
+
+
 class Loader:
-    def __init__(self, storage: Storage, cache_dir: Path, device: DeviceSpec, probe: MemoryProbe) -> None:
+    def __init__(self, storage: Storage, disk: DiskTier, ram: RamTier | None, device: DeviceSpec, probe: MemoryProbe) -> None:
         self.storage = storage
-        self.cache_dir = Path(cache_dir)
+        self.disk = disk
+        self.ram = ram
         self.device = device
         self.probe = probe
         self._lock = threading.Lock()
 
-    def local_dir(self, m: ModelManifest) -> Path:
-        return self.cache_dir / m.tenant / m.model / m.version
-
-    def _name(self, m: ModelManifest) -> str:
-        return f"model {m.model!r} version {m.version!r}"
-
     def fetch(self, m: ModelManifest, timings: dict[str, float] | None = None) -> Path:
-        """Every file of the version on local disk, verified. Files already verified are kept.
-        Adds seconds spent downloading ('fetch') and hashing ('verify') to `timings`."""
+        """Every file of the version on local disk, verified. Adds seconds spent downloading ('fetch') and
+        hashing ('verify') to `timings`."""
         timings = timings if timings is not None else {}
         timings.setdefault("fetch", 0.0)
         timings.setdefault("verify", 0.0)
-        d = self.local_dir(m)
+        key = m.key()
+        d = self.disk.path(key)
+        self.disk.make_room(m.total_bytes)
         d.mkdir(parents=True, exist_ok=True)
         for f in m.files:
             dest = d / f.path
             marker = dest.with_name(dest.name + ".sha256")
             if dest.is_file() and dest.stat().st_size == f.size and marker.is_file() and marker.read_text() == f.sha256:
                 continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".part-{dest.name}-{os.getpid()}-{threading.get_ident()}")
             t0 = time.perf_counter()
             try:
                 self.storage.download(ModelRepository.file_key(m, f.path), tmp)
             except ObjectNotFound as e:
-                raise LoadFailed(f"{self._name(m)}: file {f.path!r} is missing from storage: {e}", reason="missing_file") from e
+                tmp.unlink(missing_ok=True)
+                raise LoadFailed(f"{_name(m)}: file {f.path!r} is missing from storage: {e}", reason="missing_file") from e
             except StorageError as e:
                 tmp.unlink(missing_ok=True)
-                raise Unavailable(f"{self._name(m)}: storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
+                raise Unavailable(f"{_name(m)}: storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
             t1 = time.perf_counter()
             timings["fetch"] += t1 - t0
             size = tmp.stat().st_size
             if size != f.size:
                 tmp.unlink(missing_ok=True)
                 raise IntegrityError(
-                    f"{self._name(m)}: file {f.path!r} is {size} bytes, the manifest says {f.size} (truncated or substituted)",
+                    f"{_name(m)}: file {f.path!r} is {size} bytes, the manifest says {f.size} (truncated or substituted)",
                     reason="integrity",
                 )
             digest = _sha256(tmp)
@@ -116,36 +121,75 @@ class Loader:
             if digest != f.sha256:
                 tmp.unlink(missing_ok=True)
                 raise IntegrityError(
-                    f"{self._name(m)}: file {f.path!r} has sha256 {digest[:16]}..., the manifest says {f.sha256[:16]}... (corrupt or substituted)",
+                    f"{_name(m)}: file {f.path!r} has sha256 {digest[:16]}..., the manifest says "
+                    f"{f.sha256[:16]}... (corrupt or substituted)",
                     reason="integrity",
                 )
-            dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, dest)
             marker.write_text(f.sha256)
+        self.disk.added(key, m.total_bytes)
         return d
+
+    def _source(self, m: ModelManifest, timings: dict[str, float]) -> tuple[Path | bytes, str]:
+        """The model file's bytes (single-file models, through the RAM tier) or its path on disk."""
+        key = m.key()
+        single = len(m.files) == 1
+        if self.ram is not None and single:
+            blobs = self.ram.get(key)
+            if blobs is not None:
+                return blobs[m.model_file], "ram"
+        self.disk.hold(key)
+        try:
+            tier = "disk" if self.disk.lookup(key) and self._on_disk(m) else "storage"
+            d = self.fetch(m, timings)
+            if self.ram is not None and single:
+                t0 = time.perf_counter()
+                data = (d / m.model_file).read_bytes()
+                timings["read"] = time.perf_counter() - t0
+                self.ram.put(key, {m.model_file: data})
+                return data, tier
+            return d / m.model_file, tier
+        finally:
+            self.disk.release(key)
+
+    def _on_disk(self, m: ModelManifest) -> bool:
+        d = self.disk.path(m.key())
+        for f in m.files:
+            p = d / f.path
+            marker = p.with_name(p.name + ".sha256")
+            if not (p.is_file() and p.stat().st_size == f.size and marker.is_file() and marker.read_text() == f.sha256):
+                return False
+        return True
 
     def load(self, m: ModelManifest) -> LoadResult:
         timings: dict[str, float] = {}
-        d = self.fetch(m, timings)
-        prepare_runtime(m.format)
+        source, tier = self._source(m, timings)
+        prepare_runtime(m.format, self.device)
+        cpu = isinstance(self.probe, CpuProbe)
         with self._lock:
+            if cpu:
+                release_free_memory()
             before = self.probe.used()
             t1 = time.perf_counter()
             try:
-                model = load_model(d / m.model_file, m, self.device)
+                model = load_model(source, m, self.device)
             except RuntimeLoadError as e:
-                raise LoadFailed(f"{self._name(m)}: {e}", reason="load_failed") from e
+                if self.ram is not None:
+                    self.ram.discard(m.key())
+                raise LoadFailed(f"{_name(m)}: {e}", reason="load_failed") from e
             t2 = time.perf_counter()
             try:
                 model.run(warmup_inputs(m), [o.name for o in m.outputs])
             except Exception as e:  # noqa: BLE001 - a model that cannot run zeros is not served
                 model.close()
-                raise LoadFailed(f"{self._name(m)}: warm-up inference failed: {type(e).__name__}: {e}", reason="warmup_failed") from e
+                raise LoadFailed(f"{_name(m)}: warm-up inference failed: {type(e).__name__}: {e}", reason="warmup_failed") from e
             t3 = time.perf_counter()
+            if cpu:
+                release_free_memory()  # drop the load's temporaries so only what stays is counted
             after = self.probe.used()
         timings["deserialize"] = t2 - t1
         timings["warmup"] = t3 - t2
         delta = max(0, after - before)
-        floor = m.total_bytes // 4
-        measured = delta >= floor
-        return LoadResult(model, delta if measured else max(delta, m.total_bytes), measured, timings)
+        if cpu:  # in host memory the weights are at least their file's size; RSS noise cannot go below it
+            delta = max(delta, m.total_bytes)
+        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings)

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 
 from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
+from hostd.cache.device import DeviceCache
+from hostd.cache.tiers import RamTier
 from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
 from hostd.loader import Loader
 from hostd.metrics import HostdMetrics
+from hostd.memory import release_free_memory
 from hostd.model_state import ModelState, check_transition, failed_backoff
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
@@ -47,6 +50,8 @@ class ModelEntry:
     failures: int = 0
     retry_at: float = 0.0
     memory_bytes: int = 0
+    last_memory_bytes: int = 0  # measured at the previous load: the estimate for the next one
+    load_cost_s: float = 0.0
     last_used: float = 0.0
     hits: int = 0
     pinned: bool = False
@@ -64,6 +69,12 @@ class ModelEntry:
         return self.runner is not None and self.runner.busy
 
 
+def _close(loaded: LoadedModel) -> None:
+    loaded.close()
+    del loaded
+    release_free_memory()
+
+
 @dataclass
 class _CatalogItem:
     expires: float
@@ -77,6 +88,7 @@ class ModelManager:
         *,
         repo: ModelRepository,
         loader: Loader,
+        cache: DeviceCache,
         settings: HostdSettings,
         metrics: HostdMetrics,
         exec_pool: Executor,
@@ -87,6 +99,7 @@ class ModelManager:
     ) -> None:
         self.repo = repo
         self.loader = loader
+        self.cache = cache
         self.settings = settings
         self.metrics = metrics
         self._exec_pool = exec_pool
@@ -151,6 +164,8 @@ class ModelManager:
             if e.state is ModelState.READY and e.runner is not None:
                 e.last_used = now
                 e.hits += 1
+                self.cache.access(e.key, now)
+                self.metrics.cache.hits.labels("device").inc()
                 return e.runner
             if e.state is ModelState.FAILED and now < e.retry_at:
                 wait_ms = int((e.retry_at - now) * 1000)
@@ -160,6 +175,8 @@ class ModelManager:
                     reason="load_failed",
                     retry_after_ms=max(wait_ms, 1),
                 )
+            if e.state is not ModelState.LOADING:
+                self.metrics.cache.misses.labels("device").inc()
             task = e.unload_task if e.state is ModelState.UNLOADING else self._start_load(e)
             remaining = deadline - now
             if remaining <= 0:
@@ -178,19 +195,62 @@ class ModelManager:
             e.load_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved by waiters
         return e.load_task
 
+    def _refresh_cache_flags(self) -> None:
+        def busy(key) -> bool:
+            x = self.entries.get(key)
+            return x is None or x.state is not ModelState.READY or x.busy
+
+        self.cache.refresh(busy, lambda key: key in self.entries and self.entries[key].pinned)
+
     async def _make_room(self, e: ModelEntry) -> None:
-        """Hook for the device budget (tiered cache): free memory before a load needs it."""
+        """Reserve device memory for a load, evicting by policy first; refuse the load when nothing can
+        be evicted (everything busy, pinned, or protected by its tenant's share)."""
+        m = e.manifest
+        estimate = e.last_memory_bytes or m.total_bytes
+        self._refresh_cache_flags()
+        plan = self.cache.reserve(e.key, m.tenant, estimate, self._clock())
+        if not plan.ok:
+            self.metrics.cache.load_refused.labels(m.tenant, m.model).inc()
+            raise Unavailable(
+                f"no device memory for model {m.model!r} version {m.version!r}: {plan.reason}",
+                reason="no_capacity", retry_after_ms=500,
+            )
+        for key in plan.evict:
+            victim = self.entries.get(key)
+            if victim is not None:
+                await self.unload(victim, reason="capacity")
+
+    async def enforce_watermark(self, measured_used: int | None = None) -> int:
+        """Evict (best effort) once measured use passes the high watermark, down to the low one."""
+        self._refresh_cache_flags()
+        plan = self.cache.watermark_plan(self._clock(), measured_used)
+        for key in plan.evict:
+            victim = self.entries.get(key)
+            if victim is not None:
+                await self.unload(victim, reason="watermark")
+        return len(plan.evict)
+
+    def _tier_metrics(self) -> None:
+        c = self.metrics.cache
+        c.bytes.labels("device").set(self.cache.used)
+        c.bytes.labels("disk").set(self.loader.disk.used)
+        if self.loader.ram is not None:
+            c.bytes.labels("ram").set(self.loader.ram.used)
+        for tenant, n in self.cache.tenant_bytes().items():
+            c.tenant_bytes.labels(tenant).set(n)
 
     async def _load(self, e: ModelEntry) -> None:
         m = e.manifest
         labels = (m.tenant, m.model)
+        estimate = e.last_memory_bytes or m.total_bytes
         try:
             await self._make_room(e)
             res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
         except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
+            self.cache.release(e.key)
             e.failures += 1
             e.error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
-            e.retry_at = self._clock() + failed_backoff(e.failures)
+            e.retry_at = self._clock() + failed_backoff(e.failures, self.settings.failed_backoff_s)
             e.set_state(ModelState.FAILED)
             self.metrics.loads.labels(*labels, "failure").inc()
             log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
@@ -201,8 +261,15 @@ class ModelManager:
             e.load_task = None
         for phase, secs in res.timings.items():
             self.metrics.load_duration.labels(phase).observe(secs)
+        self._count_tiers(res.source_tier)
         e.loaded = res.model
-        e.memory_bytes = res.memory_bytes
+        # The probe's reading when plausible; otherwise (RSS on CPU can miss memory the allocator reused)
+        # the larger of the file size and the last plausible measurement of this model.
+        e.memory_bytes = res.memory_delta if res.memory_plausible else max(m.total_bytes, e.last_memory_bytes)
+        if res.memory_plausible:
+            e.last_memory_bytes = res.memory_delta
+        # what a reload would cost: from the RAM tier only deserialize + warm-up, else the whole load
+        e.load_cost_s = (res.timings["deserialize"] + res.timings["warmup"]) if self.loader.ram is not None else sum(res.timings.values())
         b = m.batching
         e.runner = ModelRunner(
             tenant=m.tenant,
@@ -228,12 +295,17 @@ class ModelManager:
         e.error = ""
         e.last_used = self._clock()
         e.set_state(ModelState.READY)
+        self.cache.loaded(e.key, e.memory_bytes, e.load_cost_s, e.last_used)
         self.metrics.loads.labels(*labels, "success").inc()
         self.metrics.model_memory.labels(m.tenant, m.model, m.version).set(e.memory_bytes)
         self._update_resident()
+        self._tier_metrics()
+        if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
+            await self.enforce_watermark()
         log.info(
-            "loaded %s/%s v%s: %.1f MB%s in %.2fs",
-            m.tenant, m.model, m.version, e.memory_bytes / 1e6, "" if res.memory_measured else " (file size; probe saw less)",
+            "loaded %s/%s v%s from %s: %.1f MB%s in %.2fs",
+            m.tenant, m.model, m.version, res.source_tier, e.memory_bytes / 1e6,
+            "" if res.memory_plausible else f" (probe saw {res.memory_delta / 1e6:.1f} MB; using the larger estimate)",
             sum(res.timings.values()),
         )
 
@@ -246,7 +318,14 @@ class ModelManager:
         await self.ready_runner(e)
         return e
 
-    async def unload(self, e: ModelEntry, drain_timeout_s: float = 30.0) -> None:
+    def _count_tiers(self, source: str) -> None:
+        c = self.metrics.cache
+        if self.loader.ram is not None:
+            (c.hits if source == "ram" else c.misses).labels("ram").inc()
+        if source != "ram":
+            (c.hits if source == "disk" else c.misses).labels("disk").inc()
+
+    async def unload(self, e: ModelEntry, drain_timeout_s: float = 30.0, reason: str = "explicit") -> None:
         if e.state is ModelState.LOADING and e.load_task is not None:
             try:
                 await asyncio.shield(e.load_task)
@@ -261,6 +340,7 @@ class ModelManager:
         if e.state is not ModelState.READY:
             return
         e.set_state(ModelState.UNLOADING)
+        self.metrics.cache.evictions.labels("device", reason).inc()
         e.unload_task = asyncio.get_running_loop().create_task(self._unload(e, drain_timeout_s))
         await asyncio.shield(e.unload_task)
 
@@ -268,13 +348,14 @@ class ModelManager:
         runner, loaded = e.runner, e.loaded
         try:
             if runner is not None:
-                try:
-                    await asyncio.wait_for(runner.wait_idle(), drain_timeout_s)
-                except asyncio.TimeoutError:
-                    log.warning("unload of %s: work still queued after %.0fs; failing it", e.key, drain_timeout_s)
+                if runner.busy:
+                    try:
+                        await asyncio.wait_for(runner.wait_idle(), drain_timeout_s)
+                    except asyncio.TimeoutError:
+                        log.warning("unload of %s: work still queued after %.0fs; failing it", e.key, drain_timeout_s)
                 runner.close()
             if loaded is not None:
-                await asyncio.get_running_loop().run_in_executor(self._load_pool, loaded.close)
+                await asyncio.get_running_loop().run_in_executor(self._load_pool, _close, loaded)
         finally:
             e.runner = None
             e.loaded = None
@@ -283,8 +364,10 @@ class ModelManager:
                 self.metrics.model_memory.remove(m.tenant, m.model, m.version)
             e.memory_bytes = 0
             e.unload_task = None
+            self.cache.release(e.key)
             e.set_state(ModelState.ABSENT)
             self._update_resident()
+            self._tier_metrics()
 
     async def unload_model(self, tenant: str, model: str) -> int:
         """Unload every resident version of a model; returns how many were unloaded."""
@@ -332,4 +415,4 @@ class ModelManager:
     async def close(self) -> None:
         for e in list(self.entries.values()):
             if e.state in (ModelState.READY, ModelState.LOADING):
-                await self.unload(e, drain_timeout_s=0.0)
+                await self.unload(e, drain_timeout_s=0.0, reason="shutdown")

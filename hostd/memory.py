@@ -92,3 +92,22 @@ def cuda_available() -> bool:
         return "CUDAExecutionProvider" in ort.get_available_providers()
     except ImportError:
         return False
+
+
+def release_free_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc malloc_trim), so that the process's resident size
+    reflects live memory: unloading a model on CPU really frees it, and a load measured by RSS is not
+    hidden by memory the allocator reused. A no-op where glibc is absent."""
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+_libc = None

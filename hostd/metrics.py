@@ -46,3 +46,27 @@ class HostdMetrics:
             registry=r,
         )
         self.draining = Gauge("mmhost_draining", "1 while the server drains after SIGTERM", registry=r)
+        self.cache = CacheMetrics(r)
+
+
+class CacheMetrics:
+    """The tiered cache: hits and misses by tier, evictions by reason, bytes per tier and tenant, NVML."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.hits = Counter("mmhost_cache_hits", "Lookups served by a tier (device, ram, disk)", ["tier"], registry=r)
+        self.misses = Counter("mmhost_cache_misses", "Lookups a tier could not serve", ["tier"], registry=r)
+        self.evictions = Counter(
+            "mmhost_cache_evictions", "Models evicted from a tier, by reason (capacity, watermark, explicit, share)",
+            ["tier", "reason"], registry=r,
+        )
+        self.bytes = Gauge("mmhost_cache_bytes", "Bytes held per tier", ["tier"], registry=r)
+        self.budget = Gauge("mmhost_cache_budget_bytes", "Byte budget per tier", ["tier"], registry=r)
+        self.watermark = Gauge("mmhost_cache_watermark_bytes", "Device watermarks in bytes", ["level"], registry=r)
+        self.tenant_bytes = Gauge("mmhost_tenant_device_bytes", "Device bytes held per tenant", ["tenant"], registry=r)
+        self.device_used = Gauge("mmhost_device_memory_used_bytes", "Device memory in use (NVML; RSS on CPU)", registry=r)
+        self.device_total = Gauge("mmhost_device_memory_total_bytes", "Device memory total", registry=r)
+        self.device_util = Gauge("mmhost_device_utilization_ratio", "GPU utilization 0..1 (NVML; absent on CPU)", registry=r)
+        self.load_refused = Counter(
+            "mmhost_model_load_refused", "Loads refused for lack of device memory", ["tenant", "model"], registry=r
+        )

@@ -4,18 +4,24 @@ health, reflection and metrics; SIGTERM drains in-flight requests, then exits.""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from hostd.cache.device import DeviceCache
+from hostd.cache.policy import Share
+from hostd.cache.tiers import DiskTier, RamTier
 from hostd.control import ControlServicer, host_status
+from hostd.heartbeat import Heartbeat, HeartbeatSettings
 from hostd.interceptors import ErrorInterceptor
 from hostd.loader import Loader
 from hostd.manager import ModelManager
@@ -24,6 +30,7 @@ from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import DeviceSpec
 from hostd.servicer import InferenceServicer
 from mmhost.settings import HostdSettings, S3Settings
+from mmhost.units import parse_bytes
 from protos import grpc_service_pb2, grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
 from storage_adapters import open_storage
 from storage_adapters.repository import ModelRepository
@@ -40,7 +47,8 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
 
 
 class Hostd:
-    def __init__(self, settings: HostdSettings, s3: S3Settings | None = None) -> None:
+    def __init__(self, settings: HostdSettings, s3: S3Settings | None = None,
+                 heartbeat: HeartbeatSettings | None = None) -> None:
         self.settings = settings
         self.metrics = HostdMetrics()
         self.device = pick_device(settings)
@@ -49,21 +57,55 @@ class Hostd:
         self.repo = ModelRepository(self.storage)
         self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec")
         self.load_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load")
-        self.loader = Loader(self.storage, settings.cache_dir, self.device, self.probe)
+        self.budget = parse_bytes(settings.device_memory, self.probe.total())
+        ram_budget = parse_bytes(settings.ram_cache_bytes, psutil.virtual_memory().total)
+        self.ram = RamTier(ram_budget) if ram_budget > 0 else None
+        self.disk = DiskTier(settings.cache_dir, parse_bytes(settings.disk_cache_bytes))
+        self.cache = DeviceCache(
+            self.budget, settings.high_watermark, settings.low_watermark, settings.eviction_policy,
+            parse_shares(settings.tenant_shares, self.budget),
+        )
+        self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe)
         self.manager = ModelManager(
-            repo=self.repo, loader=self.loader, settings=settings, metrics=self.metrics,
+            repo=self.repo, loader=self.loader, cache=self.cache, settings=settings, metrics=self.metrics,
             exec_pool=self.exec_pool, load_pool=self.load_pool,
         )
+        c = self.metrics.cache
+        c.budget.labels("device").set(self.budget)
+        c.budget.labels("disk").set(self.disk.budget)
+        c.budget.labels("ram").set(ram_budget)
+        c.watermark.labels("high").set(self.budget * settings.high_watermark)
+        c.watermark.labels("low").set(self.budget * settings.low_watermark)
+        self._tasks: list[asyncio.Task] = []
         self.started = time.monotonic()
         self.draining = False
         self.host_id = f"{socket.gethostname()}:{settings.listen.rsplit(':', 1)[-1]}"
         self.server: aio.Server | None = None
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self.port: int | None = None
+        self.heartbeat = Heartbeat(self.status, heartbeat) if heartbeat is not None and heartbeat.redis_url else None
 
     def status(self):
-        return host_status(self.host_id, self.settings.listen, self.manager, self.probe, 0, self.started,
+        return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
                            self.draining, self.device.name)
+
+    async def _pressure_loop(self, interval_s: float = 1.0) -> None:
+        """Device gauges, and watermark eviction from the probe's reading (NVML sees everything on the GPU,
+        including memory the per-model measurements missed)."""
+        c = self.metrics.cache
+        gpu = self.device.kind == "cuda"
+        while True:
+            try:
+                used = await asyncio.to_thread(self.probe.used)
+                c.device_used.set(used)
+                c.device_total.set(self.probe.total())
+                util = self.probe.utilization()
+                if util is not None:
+                    c.device_util.set(util)
+                await self.manager.enforce_watermark(used if gpu else None)
+            except Exception:  # noqa: BLE001 - a failed probe read must not stop the loop
+                log.exception("memory pressure check failed")
+            await asyncio.sleep(interval_s)
 
     async def start(self) -> None:
         s = self.settings
@@ -90,10 +132,13 @@ class Hostd:
         if s.metrics_port:
             start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
         await self.server.start()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._pressure_loop()))
         if s.preload:
             await self.manager.preload_all()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        if self.heartbeat is not None:  # routers find this host only once it serves
+            self.heartbeat.start()
         log.info("hostd serving on %s (device %s, probe %s, store %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}",
                  self.device.name, self.probe.name, self.storage.description)
 
@@ -105,12 +150,19 @@ class Hostd:
         self.draining = True
         self.servicer.draining = True  # new inference requests get UNAVAILABLE (a router retries elsewhere)
         self.metrics.draining.set(1)
+        if self.heartbeat is not None:  # routers drop this host now; in-flight requests still finish
+            await self.heartbeat.stop()
         await self.health.enter_graceful_shutdown()
         log.info("draining: %d requests in flight, waiting up to %.0fs", self.servicer.inflight, self.settings.drain_timeout_s)
         if not await self.servicer.wait_quiet(self.settings.drain_timeout_s):
             log.warning("drain timeout: %d requests still in flight are cancelled", self.servicer.inflight)
+        # Late arrivals (a router that has not yet seen us leave) get UNAVAILABLE, which it retries
+        # elsewhere, rather than a connection reset.
+        await asyncio.sleep(self.settings.drain_linger_s)
         assert self.server is not None
-        await self.server.stop(1.0)
+        await self.server.stop(0.5)
+        for t in self._tasks:
+            t.cancel()
         await self.manager.close()
         self.exec_pool.shutdown(wait=False, cancel_futures=True)
         self.load_pool.shutdown(wait=False, cancel_futures=True)
@@ -126,5 +178,19 @@ class Hostd:
         await self.drain_and_stop()
 
 
-def serve(settings: HostdSettings, s3: S3Settings | None = None) -> None:
-    asyncio.run(Hostd(settings, s3).run_forever())
+def parse_shares(text: str, budget: int) -> dict[str, Share]:
+    """'{"t": {"guaranteed": "25%", "maximum": "1GiB"}}' -> bytes of the device budget."""
+    if not text.strip():
+        return {}
+    raw = json.loads(text)
+    return {
+        tenant: Share(
+            guaranteed=parse_bytes(str(v.get("guaranteed", 0)), budget),
+            maximum=parse_bytes(str(v["maximum"]), budget) if v.get("maximum") is not None else None,
+        )
+        for tenant, v in raw.items()
+    }
+
+
+def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: HeartbeatSettings | None = None) -> None:
+    asyncio.run(Hostd(settings, s3, heartbeat).run_forever())

@@ -52,7 +52,22 @@ class HostdSettings(BaseSettings):
     max_request_bytes: int = Field(64 << 20, gt=0, description="largest accepted request (all tensors)")
     max_queue_size: int = Field(1024, ge=1, description="per-model queue bound when the manifest sets none")
     drain_timeout_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight work")
+    drain_linger_s: float = Field(
+        1.0, ge=0, description="after the drain, keep answering UNAVAILABLE (retry elsewhere) this long before exiting"
+    )
     cache_dir: Path = Field(Path("./.mmhost-cache"), description="local disk tier for model files")
+    device_memory: str = Field(
+        "0.8", description="device budget for resident models: bytes (8GiB) or a fraction of the device (0.8)"
+    )
+    high_watermark: float = Field(0.95, gt=0, le=1, description="evict when measured use passes this fraction")
+    low_watermark: float = Field(0.85, gt=0, le=1, description="...down to this fraction of the budget")
+    eviction_policy: Literal["lru", "gdsf"] = Field("lru", description="lru, or gdsf (cost-aware)")
+    ram_cache_bytes: str = Field("2GiB", description="host RAM tier for model bytes; 0 turns it off")
+    disk_cache_bytes: str = Field("20GiB", description="local disk tier bound")
+    tenant_shares: str = Field(
+        "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget'
+    )
+    failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
 
 
 class Settings(BaseSettings):

@@ -84,9 +84,9 @@ def _to_bytes(arr: np.ndarray) -> np.ndarray:
 
 
 class OnnxModel(LoadedModel):
-    def __init__(self, path: Path, manifest: ModelManifest, device: DeviceSpec) -> None:
+    def __init__(self, source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> None:
         self.device = device
-        self._sess = _session(path, device)
+        self._sess = _session(source, device)
         self._output_names = [o.name for o in self._sess.get_outputs()]
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

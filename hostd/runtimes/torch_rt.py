@@ -4,6 +4,7 @@ plain torch.save pickles are refused before they reach here (see base.detect_for
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 
@@ -37,11 +38,11 @@ _TORCH_TO_V2 = {
 }
 
 
-def _load_export(path: Path):
+def _load_export(source: Path | bytes):
     import torch
 
     try:
-        return torch.export.load(str(path))
+        return torch.export.load(io.BytesIO(source) if isinstance(source, bytes) else str(source))
     except Exception as e:
         raise RuntimeLoadError(f"torch.export could not load the model: {e}") from e
 
@@ -72,7 +73,7 @@ def _spec(name: str, val) -> TensorSpec:
 
 
 class TorchModel(LoadedModel):
-    def __init__(self, path: Path, manifest: ModelManifest, device: DeviceSpec) -> None:
+    def __init__(self, source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> None:
         torch = _torch(device)
         self.device = device
         self._torch = torch
@@ -81,13 +82,14 @@ class TorchModel(LoadedModel):
         self._output_names = [t.name for t in manifest.outputs]
         if manifest.format is ModelFormat.TORCHSCRIPT:
             try:
-                mod = torch.jit.load(str(path), map_location=self._dev)
+                f = io.BytesIO(source) if isinstance(source, bytes) else str(source)
+                mod = torch.jit.load(f, map_location=self._dev)
             except Exception as e:
                 raise RuntimeLoadError(f"torch.jit could not load the model: {e}") from e
             mod.eval()
             self._fn = mod
         else:
-            ep = _load_export(path)
+            ep = _load_export(source)
             self._fn = ep.module().to(self._dev)
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

@@ -1,0 +1,112 @@
+"""`mmhost router` (the tenants' front door) and `mmhost tenant create|list|rotate-key|delete`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import typer
+
+REDIS_HELP = "Redis mode: the tenant registry in Redis [MMHOST_REDIS_URL]"
+FILE_HELP = "embedded mode: the tenants file (holds key hashes only)"
+
+
+def open_registry(redis: str | None, tenants: Path | None):
+    import os
+
+    from router.tenants import FileTenants, RedisTenants
+
+    redis = redis or os.environ.get("MMHOST_REDIS_URL")
+    if redis and tenants:
+        raise typer.BadParameter("give --redis or --tenants, not both")
+    if redis:
+        from mmhost.catalog import connect_redis
+
+        return RedisTenants(connect_redis(redis), os.environ.get("MMHOST_ROUTER_TENANTS_PREFIX", "mmhost:tenants:"))
+    if tenants:
+        return FileTenants(tenants)
+    raise typer.BadParameter("give --tenants FILE (embedded mode) or --redis URL")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def router(
+        listen: str = typer.Option(None, help="gRPC address tenants call [MMHOST_ROUTER_LISTEN]"),
+        redis: str = typer.Option(None, "--redis", help="Redis mode: hosts, tenants and catalog index [MMHOST_REDIS_URL]"),
+        hosts: str = typer.Option(None, help="embedded mode: hostd addresses ADDR,ADDR (polled)"),
+        tenants: Path = typer.Option(None, help=FILE_HELP),
+        store: str = typer.Option(None, help="model store for the catalog (folder, file:// or s3://)"),
+        metrics_port: int = typer.Option(None, help="Prometheus port, 0 = off [MMHOST_ROUTER_METRICS_PORT]"),
+        access_log: str = typer.Option(None, help="access log file (JSON lines), '-' for stdout"),
+        refresh_interval: float = typer.Option(None, help="seconds between refreshes of the host view and tenants"),
+        log_level: str = typer.Option("INFO", help="logging level"),
+    ) -> None:
+        """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
+        from mmhost.cli import setup_logging
+        from mmhost.settings import S3Settings
+        from router.server import serve
+        from router.settings import RouterSettings
+
+        setup_logging(log_level)
+        overrides = {
+            "listen": listen, "redis_url": redis, "tenants_file": tenants, "store": store,
+            "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
+            "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
+        }
+        serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())
+
+    tenant_app = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (keys are shown once, stored hashed)")
+    app.add_typer(tenant_app, name="tenant")
+
+    def _fail(e: Exception) -> None:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
+
+    @tenant_app.command("create")
+    def create(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
+               tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
+        """Create a tenant and print its API key (shown once, never stored)."""
+        from router.tenants import TenantError
+
+        try:
+            key = open_registry(redis, tenants).create(name)
+        except TenantError as e:
+            _fail(e)
+        typer.echo(f"tenant {name} created. API key (shown once, store it now):")
+        typer.echo(key)
+
+    @tenant_app.command("rotate-key")
+    def rotate_key(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
+                   tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
+        """Replace a tenant's API key; the old key stops working at the routers' next refresh."""
+        from router.tenants import TenantError
+
+        try:
+            key = open_registry(redis, tenants).rotate_key(name)
+        except TenantError as e:
+            _fail(e)
+        typer.echo(f"tenant {name}: new API key (shown once, store it now):")
+        typer.echo(key)
+
+    @tenant_app.command("list")
+    def list_(redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
+              tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
+        """List tenants (names, dates and key-hash prefixes; keys themselves are never stored)."""
+
+        def when(t: float) -> str:
+            return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if t else "-"
+
+        for r in open_registry(redis, tenants).list():
+            typer.echo(f"{r.name}\tcreated {when(r.created)}\tkey rotated {when(r.rotated)}\tkey sha256 {r.key_sha256[:12]}…")
+
+    @tenant_app.command("delete")
+    def delete(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
+               tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
+        """Delete a tenant: its key stops working (its models stay in the store)."""
+        from router.tenants import TenantError
+
+        try:
+            open_registry(redis, tenants).delete(name)
+        except TenantError as e:
+            _fail(e)
+        typer.echo(f"tenant {name} deleted")

@@ -1,0 +1,181 @@
+"""The router's local view of the hosts, refreshed in the background (never on the request path).
+
+Sources: HeartbeatReader (Redis mode: what hostds publish, see hostd/heartbeat.py) and StaticHosts
+(embedded mode: HostdControl.Status polled on a fixed list). Both give address -> HostStatus (or None
+when a static host did not answer); ClusterView.apply turns that into per-host state and the placement
+policy's HostView.
+
+A host that fails a forward is marked DOWN at once; it comes back only with a status newer than the one
+held when it went down (a stale heartbeat that is still in Redis does not revive a killed host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from hostd.heartbeat import index_key, status_key
+from protos import hostd_control_pb2 as hc
+from router.placement_policy import HostView, ModelLoad, Residency
+
+
+class HostState(str, Enum):
+    UP = "UP"
+    DRAINING = "DRAINING"
+    DOWN = "DOWN"
+
+
+@dataclass
+class Host:
+    address: str
+    state: HostState = HostState.DOWN
+    host_id: str = ""
+    sent_unix: float = 0.0
+    down_at_sent: float | None = None  # sent_unix of the status held when marked down
+    view: HostView | None = None
+    status: hc.HostStatus | None = None
+
+
+def model_key(tenant: str, model: str, version: str = "") -> str:
+    return f"{tenant}/{model}/{version}" if version else f"{tenant}/{model}"
+
+
+def host_view(s: hc.HostStatus) -> tuple[HostView, dict[str, int]]:
+    """The placement policy's view of one host, and the measured size of each model on it."""
+    models: dict[str, ModelLoad] = {}
+    sizes: dict[str, int] = {}
+    lru = float("inf")
+    count = 0
+    for m in s.models:
+        if m.state not in ("READY", "LOADING"):
+            continue
+        count += 1
+        st = Residency(m.state)
+        vkey, mkey = model_key(m.tenant, m.model, m.version), model_key(m.tenant, m.model)
+        models[vkey] = ModelLoad(st, m.queue_depth, m.in_flight)
+        prev = models.get(mkey)
+        if prev is None:
+            models[mkey] = ModelLoad(st, m.queue_depth, m.in_flight)
+        else:  # several versions: READY wins, work adds up
+            best = Residency.READY if Residency.READY in (prev.state, st) else st
+            models[mkey] = ModelLoad(best, prev.queue_depth + m.queue_depth, prev.in_flight + m.in_flight)
+        if st is Residency.READY:
+            if m.last_used_unix:
+                lru = min(lru, m.last_used_unix)
+            if m.memory_bytes:
+                sizes[vkey] = sizes[mkey] = max(sizes.get(mkey, 0), m.memory_bytes)
+    budget = s.device_memory_budget or s.device_memory_total
+    free = max(0, budget - s.device_memory_used) if budget else 0
+    return HostView(s.address, free, models, count, lru), sizes
+
+
+class ClusterView:
+    def __init__(self) -> None:
+        self.hosts: dict[str, Host] = {}
+        self.sizes: dict[str, int] = {}
+        self._eligible: list[HostView] = []
+
+    def apply(self, statuses: Mapping[str, hc.HostStatus | None], complete: bool) -> None:
+        """Take a refresh. `complete`: hosts missing from `statuses` are gone (their heartbeat expired)."""
+        if complete:
+            for addr in [a for a in self.hosts if a not in statuses]:
+                del self.hosts[addr]
+        sizes: dict[str, int] = {}
+        for addr, s in statuses.items():
+            h = self.hosts.setdefault(addr, Host(addr))
+            if s is None:  # a static host that did not answer
+                if h.state is not HostState.DOWN:
+                    h.state, h.down_at_sent = HostState.DOWN, h.sent_unix
+                continue
+            if h.state is HostState.DOWN and h.down_at_sent is not None and s.sent_unix <= h.down_at_sent:
+                continue  # the same (stale) status we had when it failed
+            h.view, host_sizes = host_view(s)
+            sizes.update(host_sizes)
+            h.status, h.host_id, h.sent_unix, h.down_at_sent = s, s.host_id, s.sent_unix, None
+            h.state = HostState.DRAINING if s.draining else HostState.UP
+        self.sizes = sizes
+        self._rebuild()
+
+    def mark_down(self, address: str) -> bool:
+        """True if the host was not already down."""
+        h = self.hosts.get(address)
+        if h is None or h.state is HostState.DOWN:
+            return False
+        h.state, h.down_at_sent = HostState.DOWN, h.sent_unix
+        self._rebuild()
+        return True
+
+    def _rebuild(self) -> None:
+        self._eligible = [h.view for h in self.hosts.values() if h.state is HostState.UP and h.view is not None]
+
+    def eligible(self) -> list[HostView]:
+        return self._eligible
+
+    def size_of(self, key: str) -> int:
+        return self.sizes.get(key, 0)
+
+    def states(self, tenant: str) -> dict[tuple[str, str], str]:
+        """(model, version) -> best state on any UP host: READY, else LOADING."""
+        out: dict[tuple[str, str], str] = {}
+        for h in self.hosts.values():
+            if h.state is not HostState.UP or h.status is None:
+                continue
+            for m in h.status.models:
+                if m.tenant == tenant and m.state in ("READY", "LOADING"):
+                    k = (m.model, m.version)
+                    if out.get(k) != "READY":
+                        out[k] = m.state
+        return out
+
+    def holders(self, key: str) -> list[str]:
+        return [v.address for v in self._eligible if key in v.models]
+
+
+class HeartbeatReader:
+    """Redis mode: the hosts whose heartbeat has not expired."""
+
+    def __init__(self, client, prefix: str) -> None:
+        self.r = client  # redis.asyncio, bytes responses
+        self.prefix = prefix
+        self.complete = True
+
+    async def read(self) -> dict[str, hc.HostStatus | None]:
+        ids = sorted(m.decode() if isinstance(m, bytes) else m for m in await self.r.smembers(index_key(self.prefix)))
+        if not ids:
+            return {}
+        raws = await self.r.mget([status_key(self.prefix, i) for i in ids])
+        out: dict[str, hc.HostStatus | None] = {}
+        gone = []
+        for i, raw in zip(ids, raws):
+            if raw is None:
+                gone.append(i)
+                continue
+            s = hc.HostStatus.FromString(raw)
+            out[s.address] = s
+        if gone:  # expired: tidy the index (a live host re-adds itself on its next beat)
+            await self.r.srem(index_key(self.prefix), *gone)
+        return out
+
+
+class StaticHosts:
+    """Embedded mode: poll HostdControl.Status on each configured address."""
+
+    def __init__(self, forwarder, addresses: list[str], timeout_s: float) -> None:
+        self.forwarder = forwarder
+        self.addresses = addresses
+        self.timeout_s = timeout_s
+        self.complete = False
+
+    async def read(self) -> dict[str, hc.HostStatus | None]:
+        async def one(addr: str) -> hc.HostStatus | None:
+            try:
+                s = await self.forwarder.status(addr, self.timeout_s)
+            except Exception:  # noqa: BLE001 - any failure means "not answering"
+                return None
+            s.address = addr  # the address we reach it at is the one that counts
+            return s
+
+        results = await asyncio.gather(*(one(a) for a in self.addresses))
+        return dict(zip(self.addresses, results))

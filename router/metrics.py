@@ -1,0 +1,28 @@
+"""The router's Prometheus metrics, in their own registry (injected, never module-global)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class RouterMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("mmhost_router_requests_total", "Inference requests by outcome",
+                                ["tenant", "model", "status"], registry=r)
+        self.forward_seconds = Histogram(
+            "mmhost_router_forward_seconds", "Time from receipt to answer, retries included",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.retries = Counter("mmhost_router_retries_total", "Requests retried on another host", ["reason"], registry=r)
+        self.retry_budget_exhausted = Counter("mmhost_router_retry_budget_exhausted_total",
+                                              "Retries refused because the retry budget was spent", registry=r)
+        self.hosts_up = Gauge("mmhost_router_hosts_up", "Hosts in the local view that take requests", registry=r)
+        self.hosts_marked_down = Counter("mmhost_router_hosts_marked_down_total", "Hosts marked down after a failure",
+                                         registry=r)
+        self.placements = Counter("mmhost_router_placements_total", "Placement decisions by rule", ["reason"], registry=r)
+        self.replications = Counter("mmhost_router_replications_total", "Extra copies of hot models started", registry=r)
+        self.unauthenticated = Counter("mmhost_router_unauthenticated_total", "Calls refused for a missing or wrong key",
+                                       registry=r)
+        self.view_refresh_errors = Counter("mmhost_router_view_refresh_errors_total",
+                                           "Failed refreshes of the host view or tenants", ["what"], registry=r)

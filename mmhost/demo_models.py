@@ -71,7 +71,7 @@ def build_onnx_typed(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def _torch_module(in_dim: int = 16, out_dim: int = 4, seed: int = 0):
+def _torch_module(in_dim: int = 16, out_dim: int = 4, seed: int = 0, hidden: int = 32):
     import torch
 
     torch.manual_seed(seed)
@@ -79,8 +79,8 @@ def _torch_module(in_dim: int = 16, out_dim: int = 4, seed: int = 0):
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = torch.nn.Linear(in_dim, 32)
-            self.out = torch.nn.Linear(32, out_dim)
+            self.fc = torch.nn.Linear(in_dim, hidden)
+            self.out = torch.nn.Linear(hidden, out_dim)
 
         def forward(self, x):
             return torch.tanh(self.out(torch.relu(self.fc(x))))
@@ -88,11 +88,11 @@ def _torch_module(in_dim: int = 16, out_dim: int = 4, seed: int = 0):
     return Net().eval()
 
 
-def build_torchscript(path: Path, in_dim: int = 16, out_dim: int = 4, seed: int = 0) -> None:
+def build_torchscript(path: Path, in_dim: int = 16, out_dim: int = 4, seed: int = 0, hidden: int = 32) -> None:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(torch.jit.script(_torch_module(in_dim, out_dim, seed)), str(path))
+    torch.jit.save(torch.jit.script(_torch_module(in_dim, out_dim, seed, hidden)), str(path))
 
 
 def build_torch_export(path: Path, in_dim: int = 16, out_dim: int = 4, seed: int = 0) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from hostd.batch_policy import INF, BatchConfig, Pending, decide
 from hostd.errors import DeadlineExceeded, Internal, ResourceExhausted, Unavailable
+from hostd.execution import ExecutionGate
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
@@ -51,6 +52,7 @@ class ModelRunner:
         pool: Executor,
         stats: ModelStats,
         metrics: HostdMetrics,
+        gate: ExecutionGate | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tenant, self.model = tenant, model
@@ -67,6 +69,8 @@ class ModelRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._gate = gate
+        self._asking: int | None = None  # the gate request in flight: 0 while asking, then its seq
         self._idle = asyncio.Event()
         self._idle.set()
         labels = (tenant, model)
@@ -135,31 +139,63 @@ class ModelRunner:
         return max(10, int(1000 * per_batch * batches / max(1, self._instances)))
 
     # ---- the loop around the policy ----------------------------------------------------------------
+    def _decide(self, now: float):
+        d = decide([it.pending for it in self._queue.values()], now, self._free, self._cfg)
+        for seq in d.expired:
+            self._fail(seq, DeadlineExceeded("deadline passed before the request could run", reason="deadline"))
+        for seq in d.rejected:
+            self._fail(
+                seq,
+                Unavailable("request timed out in the model's queue", reason="queue_timeout", retry_after_ms=self._retry_hint_ms()),
+            )
+        return d
+
     def _kick(self) -> None:
+        """Something changed: run what the policy says can run. With a host execution gate, a batch that
+        could run first waits for a slot, and is formed when the slot is granted (so it can grow meanwhile)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while self._queue and self._free > 0:
+        while self._queue and self._free > 0 and self._asking is None:
             now = self._clock()
-            d = decide([it.pending for it in self._queue.values()], now, self._free, self._cfg)
-            for seq in d.expired:
-                self._fail(seq, DeadlineExceeded("deadline passed before the request could run", reason="deadline"))
-            for seq in d.rejected:
-                self._fail(
-                    seq,
-                    Unavailable("request timed out in the model's queue", reason="queue_timeout", retry_after_ms=self._retry_hint_ms()),
-                )
+            d = self._decide(now)
             if not d.run:
                 if d.wake_at is not None:
                     self._timer = asyncio.get_running_loop().call_later(max(0.0, d.wake_at - now), self._kick)
                 break
-            items = [self._queue.pop(s) for s in d.run]
-            self._free -= 1
-            task = asyncio.get_running_loop().create_task(self._execute(items, now))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if self._gate is None:
+                self._start(d.run, now)
+                continue
+            head = self._queue[d.run[0]].pending
+            self._asking = 0
+            seq = self._gate.request(self.tenant, head.priority, self._cost_estimate(), self._granted)
+            if self._asking == 0:  # not granted yet: remember the request so close() can cancel it
+                self._asking = seq
+            break
         self._m_depth.set(len(self._queue))
         self._maybe_idle()
+
+    def _granted(self) -> None:
+        assert self._gate is not None
+        self._asking = None
+        now = self._clock()
+        d = self._decide(now) if (self._queue and not self._closed and self._free > 0) else None
+        if d is None or not d.run:
+            self._gate.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
+        else:
+            self._start(d.run, now)
+        asyncio.get_running_loop().call_soon(self._kick)
+
+    def _start(self, seqs: tuple[int, ...], now: float) -> None:
+        items = [self._queue.pop(s) for s in seqs]
+        self._free -= 1
+        task = asyncio.get_running_loop().create_task(self._execute(items, now))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _cost_estimate(self) -> float:
+        s = self._stats.compute_infer
+        return (s.ns / s.count / 1e9) if s.count else 0.001
 
     def _fail(self, seq: int, err: Exception) -> None:
         item = self._queue.pop(seq, None)
@@ -192,6 +228,8 @@ class ModelRunner:
                     it.future.set_exception(err)
         finally:
             self._free += 1
+            if self._gate is not None:
+                self._gate.release()
             if not self._closed:
                 self._kick()
             self._maybe_idle()
@@ -239,6 +277,9 @@ class ModelRunner:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._gate is not None and self._asking:
+            self._gate.cancel(self._asking)
+            self._asking = None
         for seq in list(self._queue):
             self._fail(seq, Unavailable(f"model {self.model!r} was unloaded", reason="unloaded", retry_after_ms=100))
         self._m_depth.set(0)

@@ -20,12 +20,14 @@ from hostd.batcher import ModelRunner, QueueLimits
 from hostd.cache.device import DeviceCache
 from hostd.cache.tiers import RamTier
 from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from hostd.execution import ExecutionGate
 from hostd.loader import Loader
 from hostd.metrics import HostdMetrics
 from hostd.memory import release_free_memory
 from hostd.model_state import ModelState, check_transition, failed_backoff
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
+from hostd.tenants import TenantLimitsView
 from mmhost.manifest import ModelManifest, VersionPolicy
 from mmhost.settings import HostdSettings
 from mmhost.versions import VersionNotFound, resolve_version
@@ -93,6 +95,8 @@ class ModelManager:
         metrics: HostdMetrics,
         exec_pool: Executor,
         load_pool: Executor,
+        gate: ExecutionGate | None = None,
+        tenants: TenantLimitsView | None = None,
         clock: Callable[[], float] = time.monotonic,
         catalog_ttl_s: float = 2.0,
         rng: random.Random | None = None,
@@ -104,6 +108,8 @@ class ModelManager:
         self.metrics = metrics
         self._exec_pool = exec_pool
         self._load_pool = load_pool
+        self.gate = gate
+        self.tenants = tenants or TenantLimitsView()
         self._clock = clock
         self._ttl = catalog_ttl_s
         self._rng = rng or random.Random()
@@ -285,10 +291,12 @@ class ModelManager:
                 default_timeout_s=m.queue_policy.default_timeout_us / 1e6,
                 delay_on_timeout=m.queue_policy.timeout_action == "delay",
             ),
-            instances=m.instance_count,
+            # per-tenant instance groups: the tenant's tier decides how many executors its models get
+            instances=self.tenants.get(m.tenant).instances or m.instance_count,
             pool=self._exec_pool,
             stats=e.stats,
             metrics=self.metrics,
+            gate=self.gate,
             clock=self._clock,
         )
         e.failures = 0

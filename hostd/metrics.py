@@ -46,6 +46,10 @@ class HostdMetrics:
             registry=r,
         )
         self.draining = Gauge("mmhost_draining", "1 while the server drains after SIGTERM", registry=r)
+        self.slot_wait = Histogram(
+            "mmhost_execution_slot_wait_seconds", "Time a ready batch waited for a device execution slot, by tenant",
+            ["tenant"], buckets=_LAT, registry=r,
+        )
         self.cache = CacheMetrics(r)
 
 

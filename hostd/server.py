@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import logging
 import signal
 import socket
@@ -21,6 +22,8 @@ from hostd.cache.device import DeviceCache
 from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
 from hostd.control import ControlServicer, host_status
+from hostd.execution import ExecutionGate
+from hostd.tenants import TenantLimitsView, load_limits_file
 from hostd.heartbeat import Heartbeat, HeartbeatSettings
 from hostd.interceptors import ErrorInterceptor
 from hostd.loader import Loader
@@ -61,14 +64,20 @@ class Hostd:
         ram_budget = parse_bytes(settings.ram_cache_bytes, psutil.virtual_memory().total)
         self.ram = RamTier(ram_budget) if ram_budget > 0 else None
         self.disk = DiskTier(settings.cache_dir, parse_bytes(settings.disk_cache_bytes))
+        self.tenants = TenantLimitsView(load_limits_file(settings.tenant_limits) if settings.tenant_limits else None)
         self.cache = DeviceCache(
             self.budget, settings.high_watermark, settings.low_watermark, settings.eviction_policy,
-            parse_shares(settings.tenant_shares, self.budget),
+            {**self.tenants.shares(self.budget), **parse_shares(settings.tenant_shares, self.budget)},
+        )
+        slots = settings.execution_slots or (4 if self.device.kind == "cuda" else max(1, os.cpu_count() or 1))
+        self.gate = ExecutionGate(
+            slots, self.tenants.weight,
+            on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),
         )
         self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe)
         self.manager = ModelManager(
             repo=self.repo, loader=self.loader, cache=self.cache, settings=settings, metrics=self.metrics,
-            exec_pool=self.exec_pool, load_pool=self.load_pool,
+            exec_pool=self.exec_pool, load_pool=self.load_pool, gate=self.gate, tenants=self.tenants,
         )
         c = self.metrics.cache
         c.budget.labels("device").set(self.budget)

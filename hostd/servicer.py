@@ -170,7 +170,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             deadline = self._deadline(request, context, t0)
             decoded = decode_request(request, m, self.manager.settings.max_request_bytes)
             runner = await self.manager.ready_runner(e, deadline)
-            priority = self._priority(request, m)
+            priority = self._priority(request, m, self.manager.tenants.get(tenant).default_priority)
             outputs = await runner.infer(decoded, priority, deadline)
             resp = encode_response(request, m, outputs, decoded.outputs, decoded.raw)
         except ServingError as err:
@@ -190,10 +190,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return deadline
 
     @staticmethod
-    def _priority(request, m: ModelManifest) -> int:
-        """v2 / Triton semantics: 1 is the highest priority; 0 (or absent) is the model's default level."""
+    def _priority(request, m: ModelManifest, tenant_default: int = 0) -> int:
+        """v2 / Triton semantics: 1 is the highest priority; 0 (or absent) is the tenant's default level,
+        else the model's default level."""
         p = _param_int(request.parameters, "priority") or 0
         levels = m.batching.priority_levels
+        if p == 0 and tenant_default and (not levels or tenant_default <= levels):
+            p = tenant_default
         if p < 0 or (levels and p > levels):
             raise InvalidArgument(f"priority {p} is outside the model's levels 1..{levels or 'N'} (0 = default)")
         return p or (m.batching.default_priority_level or max(levels, 1))

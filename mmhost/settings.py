@@ -68,6 +68,10 @@ class HostdSettings(BaseSettings):
         "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget'
     )
     failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
+    execution_slots: int = Field(0, ge=0, description="batches running on the device at once; 0 = auto (CPU cores, or 4 on a GPU)")
+    tenant_limits: str = Field(
+        "", description="tenant limits for embedded mode: a JSON file {tenant: {tier, weight, instances, ...}}"
+    )
 
 
 class Settings(BaseSettings):

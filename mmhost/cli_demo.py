@@ -1,4 +1,5 @@
-"""`mmhost demo`: build demo models into a local store and serve them, no Redis, no object storage."""
+"""`mmhost demo`: build demo models into a local store, start two hostds (subprocesses) and one router in
+front of them, create a demo tenant and print its API key. No Redis, no object storage. Ctrl-C stops all."""
 
 from __future__ import annotations
 
@@ -10,33 +11,105 @@ CLIENT_SNIPPET = """\
 {py} - <<'PY'
 import numpy as np, tritonclient.grpc as g
 c = g.InferenceServerClient("{addr}")
+h = {{"authorization": "Bearer {key}"}}
 x = g.InferInput("input", [2, 64], "FP32"); x.set_data_from_numpy(np.random.rand(2, 64).astype(np.float32))
-print(c.infer("mlp", [x]).as_numpy("output"))
+print(c.infer("mlp", [x], headers=h).as_numpy("output"))
+print([m.name for m in c.get_model_repository_index(headers=h, as_json=False).models])
 PY"""
+
+
+def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
+    import time
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(addr) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"hostd on {addr} exited with {proc.returncode}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise SystemExit(f"hostd on {addr} not serving after {timeout:.0f}s")
+
+
+def _stop_all(procs) -> None:
+    import signal
+    import subprocess
+
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
         store: Path = typer.Option(Path("demo_store"), help="local model store to create and serve"),
-        listen: str = typer.Option("127.0.0.1:8001", help="hostd gRPC address"),
-        metrics_port: int = typer.Option(9101, help="Prometheus port"),
+        listen: str = typer.Option("127.0.0.1:8001", help="router gRPC address (what tenants call)"),
+        hostd_ports: str = typer.Option("8011,8012", help="gRPC ports of the two hostds (127.0.0.1)"),
+        metrics_port: int = typer.Option(9100, help="router Prometheus port; hostds use the next ones"),
+        workdir: Path = typer.Option(Path(".mmhost-demo"), help="tenants file, hostd logs and caches"),
     ) -> None:
-        """Build the demo models (ONNX MLP, typed ONNX, TorchScript, torch.export) and serve them."""
+        """Build the demo models and serve them: one router, two hostds, a demo tenant with a fresh key."""
+        import subprocess
         import sys
 
         from rich.console import Console
 
-        from hostd.server import serve
         from mmhost.cli import setup_logging
         from mmhost.demo_models import seed_store
-        from mmhost.settings import HostdSettings
+        from router.server import serve
+        from router.settings import RouterSettings
+        from router.tenants import FileTenants
 
         console = Console()
         setup_logging("INFO")
         with console.status("building demo models"):
             manifests = seed_store(store)
         console.print(f"[bold]demo store[/] {store.resolve()}: " + ", ".join(f"{m.model} v{m.version}" for m in manifests))
-        console.print(f"[bold]endpoint[/] {listen} (KServe v2 / Triton gRPC), metrics http://127.0.0.1:{metrics_port}/metrics")
-        console.print("[bold]try[/]:\n" + CLIENT_SNIPPET.format(py=sys.executable, addr=listen), markup=False, highlight=False)
-        serve(HostdSettings(listen=listen, store=str(store), metrics_port=metrics_port, preload=True, default_tenant="demo"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        store, workdir = store.resolve(), workdir.resolve()
+        repo_root = Path(__file__).resolve().parent.parent  # children run `python -m mmhost.cli` from here
+        tenants = FileTenants(workdir / "tenants.json")
+        key = tenants.rotate_key("demo") if tenants.get("demo") else tenants.create("demo")
+
+        hosts, procs = [], []
+        try:
+            for i, port in enumerate(int(p) for p in hostd_ports.split(",")):
+                addr = f"127.0.0.1:{port}"
+                log = open(workdir / f"hostd-{port}.log", "ab")  # noqa: SIM115 - lives as long as the child
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "mmhost.cli", "hostd", "--listen", addr, "--store", str(store),
+                     "--metrics-port", str(metrics_port + 1 + i), "--cache-dir", str(workdir / f"cache-{port}"),
+                     "--default-tenant", "demo"],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=repo_root,
+                ))
+                hosts.append(addr)
+            with console.status("starting two hostds"):
+                for addr, p in zip(hosts, procs):
+                    _wait_serving(addr, p)
+            console.print(f"[bold]hostds[/] {', '.join(hosts)} (logs in {workdir.resolve()})")
+            console.print(f"[bold]endpoint[/] {listen} (KServe v2 / Triton gRPC, through the router), "
+                          f"metrics http://127.0.0.1:{metrics_port}/metrics")
+            console.print(f"[bold]demo tenant[/] demo, API key (new on every start): {key}", highlight=False,
+                          soft_wrap=True)
+            console.print("[bold]try[/]:")
+            console.print(CLIENT_SNIPPET.format(py=sys.executable, addr=listen, key=key), markup=False,
+                          highlight=False, soft_wrap=True)
+            serve(RouterSettings(listen=listen, hosts=hosts, tenants_file=workdir / "tenants.json", store=str(store),
+                                 metrics_port=metrics_port, refresh_interval_s=0.5))
+        finally:
+            _stop_all(procs)

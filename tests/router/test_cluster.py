@@ -130,15 +130,18 @@ def test_many_models_spread_over_hosts_each_loaded_once_by_two_routers(cluster, 
                 assert state == "READY"
                 where[m].append(addr)
     assert all(len(hosts) == 1 for hosts in where.values()), where  # one load per model, not one per router
-    assert len({hosts[0] for hosts in where.values()}) == 3  # spread over all hosts
+    assert len({hosts[0] for hosts in where.values()}) >= 2  # spread (all 12 on one of 3 hosts: p < 1e-5)
 
 
 def test_sigkill_of_a_hostd_under_steady_load_fails_no_request(cluster, routers):
     acme = auth(cluster.keys["acme"])
     resident = cluster.resident()
-    victim = next(h for h in cluster.alive() if any(t == "acme" for t, _ in resident[h.addr]))
-    mine = sorted(m for t, m in resident[victim.addr] if t == "acme" and m in ACME_MODELS)
-    shared, only_there = mine[0], mine[1] if len(mine) > 1 else mine[0]
+    def acme_models(h):
+        return sorted(m for t, m in resident[h.addr] if t == "acme" and m in ACME_MODELS)
+
+    victim = max(cluster.alive(), key=lambda h: len(acme_models(h)))  # 12 models on 3 hosts: it has >= 4
+    mine = acme_models(victim)
+    shared, only_there = mine[0], mine[1]
     # `shared` gets a second copy on another host, so it is READY elsewhere when the victim dies
     other = next(h for h in cluster.alive() if h is not victim)
     other.stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name=shared), metadata=(("mmhost-tenant", "acme"),), timeout=30)

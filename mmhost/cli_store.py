@@ -57,13 +57,14 @@ def upload_cmd(
     max_bytes: int = typer.Option(2 << 30, "--max-bytes", min=1, envvar="MMHOST_UPLOAD_MAX_BYTES", help="size limit"),
     uploaded_by: str = typer.Option("", "--uploaded-by", envvar="USER"),
     description: str = typer.Option("", "--description"),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON manifest options (batching, queue policy, instances)"),
     redis_url: Optional[str] = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="index the new version"),
     redis_prefix: str = REDIS_PREFIX,
     s3_endpoint: Optional[str] = S3_ENDPOINT,
 ) -> None:
     """Validate a model, upload it as a new version (manifest last) and print the version."""
     from mmhost.catalog import CatalogUnavailable
-    from mmhost.upload import UploadRefused, UploadRequest, parse_tensor_spec, upload
+    from mmhost.upload import UploadRefused, UploadRequest, parse_tensor_spec, read_config, upload
     from storage_adapters.base import StorageError
 
     err = Console(stderr=True)
@@ -82,8 +83,9 @@ def upload_cmd(
             max_bytes=max_bytes,
             uploaded_by=uploaded_by,
             description=description,
+            config=read_config(config) if config else {},
         )
-    except ValueError as e:
+    except (ValueError, UploadRefused) as e:
         raise _fail(err, str(e)) from None
     try:
         repo = _repo(store, s3_endpoint)

@@ -42,6 +42,31 @@ class UploadRequest:
     max_bytes: int = DEFAULT_MAX_BYTES
     uploaded_by: str = ""
     description: str = ""
+    config: dict = field(default_factory=dict)  # manifest options from --config (flags given explicitly win)
+
+
+CONFIG_KEYS = {"max_batch_size", "dynamic_batching", "queue_policy", "instance_count", "description"}
+
+
+def read_config(path: Path) -> dict:
+    """Manifest options from a YAML or JSON file, e.g.
+        max_batch_size: 16
+        dynamic_batching: {max_queue_delay_us: 2000, preferred_batch_sizes: [8, 16], priority_levels: 2}
+        queue_policy: {max_queue_size: 64, default_timeout_us: 500000, timeout_action: reject}
+        instance_count: 2
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise UploadRefused(f"--config {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise UploadRefused(f"--config {path}: expected a mapping of manifest options")
+    unknown = set(data) - CONFIG_KEYS
+    if unknown:
+        raise UploadRefused(f"--config {path}: unknown option(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
+    return data
 
 
 def parse_tensor_spec(text: str) -> TensorSpec:
@@ -117,7 +142,13 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
     if sig is not None:
         inputs, outputs = inputs or sig[0], outputs or sig[1]
     batchable = all(t.shape and t.shape[0] == -1 for t in inputs + outputs)
-    mbs = req.max_batch_size if req.max_batch_size is not None else (DEFAULT_MAX_BATCH_SIZE if batchable else 0)
+    cfg = req.config
+    mbs = req.max_batch_size if req.max_batch_size is not None else cfg.get("max_batch_size")
+    if mbs is None:
+        mbs = DEFAULT_MAX_BATCH_SIZE if batchable else 0
+    batching = dict(cfg.get("dynamic_batching") or {})
+    if req.max_queue_delay_us:
+        batching["max_queue_delay_us"] = req.max_queue_delay_us
     try:
         manifest = ModelManifest(
             tenant=req.tenant,
@@ -128,10 +159,11 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
             inputs=inputs,
             outputs=outputs,
             max_batch_size=mbs,
-            dynamic_batching=DynamicBatching(max_queue_delay_us=req.max_queue_delay_us) if mbs > 0 else None,
-            instance_count=req.instance_count,
+            dynamic_batching=DynamicBatching(**batching) if mbs > 0 else None,
+            instance_count=req.instance_count if req.instance_count != 1 else cfg.get("instance_count", 1),
+            queue_policy=cfg.get("queue_policy") or {},
             uploaded_by=req.uploaded_by,
-            description=req.description,
+            description=req.description or cfg.get("description", ""),
         )
     except ValueError as e:
         raise UploadRefused(f"invalid model configuration: {e}") from None

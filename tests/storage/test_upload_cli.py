@@ -168,3 +168,25 @@ def test_storage_down_is_a_clear_cli_error(demo_files):
                                  str(demo_files / "mlp.onnx"), "--s3-endpoint", endpoint])
     assert r.exit_code == 1
     assert endpoint in r.output and "cannot reach storage" in r.output
+
+
+def test_config_file_sets_manifest_options(cli, s3_uri, repo, demo_files, tmp_path):
+    cfg = tmp_path / "mlp.yaml"
+    cfg.write_text(
+        "max_batch_size: 16\n"
+        "dynamic_batching: {max_queue_delay_us: 2000, preferred_batch_sizes: [8, 16], priority_levels: 2}\n"
+        "queue_policy: {max_queue_size: 64, default_timeout_us: 500000, timeout_action: delay}\n"
+        "instance_count: 3\n"
+    )
+    r = cli("upload", "--store", s3_uri, "--tenant", "cfg", "--model", "mlp", demo_files / "mlp.onnx", "--config", cfg)
+    assert r.exit_code == 0, r.output
+    m = repo.manifest("cfg", "mlp", r.stdout.strip())
+    assert m.max_batch_size == 16 and m.instance_count == 3
+    assert m.dynamic_batching.max_queue_delay_us == 2000 and m.dynamic_batching.preferred_batch_sizes == [8, 16]
+    assert m.dynamic_batching.priority_levels == 2
+    assert m.queue_policy.max_queue_size == 64 and m.queue_policy.timeout_action == "delay"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_batch_size: 4\nwarp_speed: 9\n")
+    r = cli("upload", "--store", s3_uri, "--tenant", "cfg", "--model", "mlp2", demo_files / "mlp.onnx", "--config", bad)
+    assert r.exit_code != 0 and "warp_speed" in r.output
+    assert repo.versions("cfg", "mlp2") == []

@@ -49,6 +49,7 @@ class DeviceCache:
         r.load_cost = load_cost
         r.last_use = now
         r.hits = 1
+        r.busy = False  # from now on busy means work queued or running; the caller refreshes it
         self.policy.on_access(key, now, size, load_cost)
 
     def access(self, key: Hashable, now: float) -> None:

@@ -2,10 +2,11 @@
 loader at a time), per-model queues formed into batches by hostd.batch_policy.decide, executors whose batch
 time follows the cost model. Latency = completion - arrival; shed requests never run.
 
-Hooks, for the router policies once they exist (none is built here):
+Hooks:
 - admission(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
-- placement(key, now, cluster) -> host index; the default prefers a host with the model ready or loading,
-  else the one with the most free bytes (lowest index on ties).
+- placement(model index, now, cluster) -> host index; the default prefers a host with the model ready or
+  loading, else the one with the most free bytes (lowest index on ties). sim/placement.py drives the
+  router's real policy; a hook may call `cluster.start_copy` to load another copy (hot models).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class Slot:
     state: SlotState
     free: int  # idle executors
     queue: list[Pending] = field(default_factory=list)
-    inflight: int = 0
+    inflight: int = 0  # batches running
+    running: int = 0  # requests in those batches
     wake_at: float = math.inf
 
 
@@ -148,6 +150,14 @@ class Cluster:
         host.residents[m].busy = True
         self._kick(host, m)
 
+    def start_copy(self, host_index: int, m: int, now: float) -> bool:
+        """Load model `m` on a host that does not hold it (a placement hook's extra copy of a hot model).
+        False when the host already holds it or has no room."""
+        host = self.hosts[host_index]
+        if m in host.slots:
+            return False
+        return self._start_load(host, m, now) is not None
+
     def _start_load(self, host: Host, m: int, now: float) -> Slot | None:
         spec = self.wl.models[m]
         need = bytes_to_free(host.used, host.budget, self.cfg.high, self.cfg.low, spec.size)
@@ -217,6 +227,7 @@ class Cluster:
             if d.run:
                 slot.free -= 1
                 slot.inflight += 1
+                slot.running += len(d.run)
                 secs = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
                 self.loop.after(secs, self._batch_done, host, m, d.run)
                 continue
@@ -240,6 +251,7 @@ class Cluster:
         slot = host.slots[m]
         slot.free += 1
         slot.inflight -= 1
+        slot.running -= len(seqs)
         self._kick(host, m)
 
 

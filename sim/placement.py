@@ -1,0 +1,80 @@
+"""The router's real placement policy as the full engine's placement hook.
+
+`RouterPlacement` builds `router.placement_policy.HostView`s from the simulated hosts at each arrival and
+calls `router.placement_policy.place`, the function the router itself calls; this router's own state
+(requests in flight per host, loads it started, each model's rate) is `router.local_load.LocalLoad`, the
+router's own class. What differs from a real router: the view is current (a real router's is refreshed every
+`refresh_interval_s`), and the random draws come from a seeded generator, so a run is reproducible.
+
+    hook = RouterPlacement(PlacementConfig(), seed=0)
+    run_cluster(wl, ClusterConfig(hosts=2, ...), costs, placement=hook)
+"""
+
+from __future__ import annotations
+
+import random
+
+from router.local_load import LocalLoad
+from router.placement_policy import HostView, ModelLoad, PlacementConfig, Reason, Residency, place
+from sim.cluster import Cluster, Host, SlotState
+
+
+def host_address(index: int) -> str:
+    return f"sim-host-{index}"
+
+
+def host_index(address: str) -> int:
+    return int(address.rsplit("-", 1)[1])
+
+
+def host_view(host: Host, cluster: Cluster) -> HostView:
+    """What a router would see of one simulated host: its models READY or LOADING with their queue depth
+    and requests running, free bytes under the budget, model count and the oldest last use of a READY one."""
+    models: dict[str, ModelLoad] = {}
+    lru = float("inf")
+    for m, slot in host.slots.items():
+        key = cluster.wl.models[m].key
+        ready = slot.state is SlotState.READY
+        models[key] = ModelLoad(Residency.READY if ready else Residency.LOADING, len(slot.queue), slot.running)
+        if ready:
+            lru = min(lru, host.residents[m].last_use)
+    return HostView(host_address(host.index), max(0, host.free_bytes), models, len(models), lru)
+
+
+class RouterPlacement:
+    """A placement hook for sim.cluster.Cluster that decides with the router's `place`."""
+
+    def __init__(self, cfg: PlacementConfig | None = None, seed: int = 0, known_sizes: bool = False) -> None:
+        """`known_sizes`: pass each model's size to the policy even before any host holds it (a real router
+        learns a size only from a host reporting the model READY; that is the default here too)."""
+        self.cfg = cfg or PlacementConfig()
+        self.rng = random.Random(seed)
+        self.local = LocalLoad()
+        self.known_sizes = known_sizes
+        self.decisions: dict[str, int] = {r.value: 0 for r in Reason}
+        self.replications = 0
+        self._last_sweep = float("-inf")
+
+    def __call__(self, m: int, now: float, cluster: Cluster) -> int:
+        spec = cluster.wl.models[m]
+        key = spec.key
+        views = [host_view(h, cluster) for h in cluster.hosts]
+        ready_somewhere = any(m in h.slots and h.slots[m].state is SlotState.READY for h in cluster.hosts)
+        size = spec.size if (self.known_sizes or ready_somewhere) else 0
+        inflight = {host_address(h.index): len(h.slots[m].queue) + h.slots[m].running
+                    for h in cluster.hosts if m in h.slots}
+        p = place(key, views, now, local_inflight=inflight, pending=self.local.pending_for(key),
+                  rate=self.local.hit(key, now), size_bytes=size,
+                  draws=(self.rng.random(), self.rng.random()), cfg=self.cfg)
+        if p.host is None:  # no eligible host: the engine has no "no host" outcome; cannot happen with hosts
+            raise RuntimeError(f"placement found no host for {key}")
+        self.decisions[p.reason.value] += 1
+        if p.reason is Reason.LOAD:
+            self.local.started_load(key, p.host, now)
+        if p.replicate_to is not None and cluster.start_copy(host_index(p.replicate_to), m, now):
+            self.local.started_load(key, p.replicate_to, now)
+            self.replications += 1
+        if now - self._last_sweep >= 1.0:
+            self.local.sweep(now, self.cfg.pending_ttl_s)
+            self._last_sweep = now
+        return host_index(p.host)

@@ -85,6 +85,10 @@ class ModelRunner:
         return len(self._queue)
 
     @property
+    def instances(self) -> int:
+        return self._instances
+
+    @property
     def in_flight(self) -> int:
         return self._instances - self._free
 
@@ -209,7 +213,7 @@ class ModelRunner:
     async def _execute(self, items: list[_Item], started: float) -> None:
         for it in items:
             q = started - it.pending.arrival
-            self._stats.queue.add(int(q * 1e9))
+            self._stats.record_queue(q)
             self._m_queue.observe(q)
         try:
             loop = asyncio.get_running_loop()

@@ -115,6 +115,8 @@ class ModelManager:
         self._rng = rng or random.Random()
         self._catalog: dict[tuple[str, str], _CatalogItem] = {}
         self.entries: dict[Key, ModelEntry] = {}
+        self.device_hits = 0
+        self.device_misses = 0
 
     # ---- catalog -----------------------------------------------------------------------------------
     async def _catalog_item(self, tenant: str, model: str) -> _CatalogItem:
@@ -172,6 +174,7 @@ class ModelManager:
                 e.hits += 1
                 self.cache.access(e.key, now)
                 self.metrics.cache.hits.labels("device").inc()
+                self.device_hits += 1
                 return e.runner
             if e.state is ModelState.FAILED and now < e.retry_at:
                 wait_ms = int((e.retry_at - now) * 1000)
@@ -183,6 +186,7 @@ class ModelManager:
                 )
             if e.state is not ModelState.LOADING:
                 self.metrics.cache.misses.labels("device").inc()
+                self.device_misses += 1
             task = e.unload_task if e.state is ModelState.UNLOADING else self._start_load(e)
             remaining = deadline - now
             if remaining <= 0:

@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 from hostd.cache.device import DeviceCache
 from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
-from hostd.control import ControlServicer, host_status
+from hostd.control import ControlServicer, HostCounters, host_status
 from hostd.execution import ExecutionGate
 from hostd.tenants import TenantLimitsView, load_limits_file
 from hostd.heartbeat import Heartbeat, HeartbeatSettings
@@ -95,8 +95,10 @@ class Hostd:
         self.heartbeat = Heartbeat(self.status, heartbeat) if heartbeat is not None and heartbeat.redis_url else None
 
     def status(self):
+        counters = HostCounters(self.servicer.requests_by_tenant, self.servicer.shed_by_tenant,
+                                self.manager.device_hits, self.manager.device_misses)
         return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
-                           self.draining, self.device.name)
+                           self.draining, self.device.name, counters, self.gate)
 
     async def _pressure_loop(self, interval_s: float = 1.0) -> None:
         """Device gauges, and watermark eviction from the probe's reading (NVML sees everything on the GPU,

@@ -93,6 +93,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.default_tenant = default_tenant
         self.draining = False
         self.inflight = 0
+        self.requests_by_tenant: dict[str, int] = {}
+        self.shed_by_tenant: dict[str, int] = {}
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -205,8 +207,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         known = e is not None
         label_model = model if known else "(unknown)"  # unknown names never become label values
         self.metrics.requests.labels(tenant, label_model, status).inc()
+        self.requests_by_tenant[tenant] = self.requests_by_tenant.get(tenant, 0) + 1
         self.metrics.request_duration.labels(tenant, label_model).observe(time.monotonic() - t0)
         if e is not None:
+            e.stats.rate.hit(time.monotonic())
             if status == "OK":
                 e.stats.success.add(int((time.monotonic() - t0) * 1e9))
                 e.stats.last_inference_ms = int(time.time() * 1000)
@@ -214,6 +218,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 e.stats.fail.add(int((time.monotonic() - t0) * 1e9))
         if err is not None and status in ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED") and err.reason:
             self.metrics.shed.labels(tenant, label_model, err.reason).inc()
+            self.shed_by_tenant[tenant] = self.shed_by_tenant.get(tenant, 0) + 1
+            if e is not None:
+                e.stats.shed += 1
 
     async def ModelStatistics(self, request, context):
         tenant = self._tenant(context)

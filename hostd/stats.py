@@ -3,6 +3,7 @@ compute, and per-batch-size execution stats."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from protos import grpc_service_pb2 as pb
@@ -26,6 +27,26 @@ class BatchStat:
 
 
 @dataclass
+class DecayingRate:
+    """Events per second, exponentially decayed with time constant `tau_s` (no clock inside: pass now)."""
+
+    tau_s: float = 10.0
+    value_at: float = 0.0
+    last: float = 0.0
+
+    def hit(self, now: float, n: int = 1) -> None:
+        self.value_at = self.value(now) + n / self.tau_s
+        self.last = now
+
+    def value(self, now: float) -> float:
+        return self.value_at * math.exp(-max(0.0, now - self.last) / self.tau_s) if self.last else 0.0
+
+
+def ewma(old: float, new: float, alpha: float = 0.2) -> float:
+    return new if old == 0.0 else old + alpha * (new - old)
+
+
+@dataclass
 class ModelStats:
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
@@ -37,10 +58,19 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     batches: dict[int, BatchStat] = field(default_factory=dict)
+    queue_s_recent: float = 0.0
+    compute_s_recent: float = 0.0
+    shed: int = 0
+    rate: DecayingRate = field(default_factory=DecayingRate)
+
+    def record_queue(self, seconds: float) -> None:
+        self.queue.add(int(seconds * 1e9))
+        self.queue_s_recent = ewma(self.queue_s_recent, seconds)
 
     def record_batch(self, rows: int, input_ns: int, infer_ns: int, output_ns: int, requests: int) -> None:
         self.execution_count += 1
         self.inference_count += rows
+        self.compute_s_recent = ewma(self.compute_s_recent, infer_ns / 1e9)
         b = self.batches.setdefault(rows, BatchStat())
         b.compute_input.add(input_ns)
         b.compute_infer.add(infer_ns)

@@ -24,19 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/hostd_control.proto\x12\x0cmmhost.hostd\"\x0f\n\rStatusRequest\"\xca\x01\n\x0bModelStatus\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x16\n\x0elast_used_unix\x18\x08 \x01(\x01\x12\x16\n\x0erequests_per_s\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\"\xf7\x01\n\nHostStatus\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12)\n\x06models\x18\x03 \x03(\x0b\x32\x19.mmhost.hostd.ModelStatus\x12\x1a\n\x12\x64\x65vice_memory_used\x18\x04 \x01(\x04\x12\x1c\n\x14\x64\x65vice_memory_budget\x18\x05 \x01(\x04\x12\x1b\n\x13\x64\x65vice_memory_total\x18\x06 \x01(\x04\x12\x10\n\x08uptime_s\x18\x07 \x01(\x01\x12\x10\n\x08\x64raining\x18\x08 \x01(\x08\x12\x11\n\tsent_unix\x18\t \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\t2Q\n\x0cHostdControl\x12\x41\n\x06Status\x12\x1b.mmhost.hostd.StatusRequest\x1a\x18.mmhost.hostd.HostStatus\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/hostd_control.proto\x12\x0cmmhost.hostd\"\x0f\n\rStatusRequest\"\xcd\x02\n\x0bModelStatus\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x05 \x01(\x04\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x16\n\x0elast_used_unix\x18\x08 \x01(\x01\x12\x16\n\x0erequests_per_s\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x17\n\x0fqueue_ms_recent\x18\x0b \x01(\x01\x12\x19\n\x11\x63ompute_ms_recent\x18\x0c \x01(\x01\x12\x16\n\x0erequests_total\x18\r \x01(\x04\x12\x12\n\nshed_total\x18\x0e \x01(\x04\x12\x11\n\tinstances\x18\x0f \x01(\r\x12\x0e\n\x06pinned\x18\x10 \x01(\x08\"\xfb\x04\n\nHostStatus\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12)\n\x06models\x18\x03 \x03(\x0b\x32\x19.mmhost.hostd.ModelStatus\x12\x1a\n\x12\x64\x65vice_memory_used\x18\x04 \x01(\x04\x12\x1c\n\x14\x64\x65vice_memory_budget\x18\x05 \x01(\x04\x12\x1b\n\x13\x64\x65vice_memory_total\x18\x06 \x01(\x04\x12\x10\n\x08uptime_s\x18\x07 \x01(\x01\x12\x10\n\x08\x64raining\x18\x08 \x01(\x08\x12\x11\n\tsent_unix\x18\t \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\t\x12\x12\n\ncache_hits\x18\x0b \x01(\x04\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x0c \x01(\x04\x12\x16\n\x0erequests_total\x18\r \x01(\x04\x12\x42\n\x0eshed_by_tenant\x18\x0e \x03(\x0b\x32*.mmhost.hostd.HostStatus.ShedByTenantEntry\x12J\n\x12requests_by_tenant\x18\x0f \x03(\x0b\x32..mmhost.hostd.HostStatus.RequestsByTenantEntry\x12\x17\n\x0f\x65xecution_slots\x18\x10 \x01(\r\x12\x12\n\nslots_busy\x18\x11 \x01(\r\x12\x15\n\rslots_waiting\x18\x12 \x01(\r\x1a\x33\n\x11ShedByTenantEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a\x37\n\x15RequestsByTenantEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32Q\n\x0cHostdControl\x12\x41\n\x06Status\x12\x1b.mmhost.hostd.StatusRequest\x1a\x18.mmhost.hostd.HostStatus\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.hostd_control_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_HOSTSTATUS_SHEDBYTENANTENTRY']._loaded_options = None
+  _globals['_HOSTSTATUS_SHEDBYTENANTENTRY']._serialized_options = b'8\001'
+  _globals['_HOSTSTATUS_REQUESTSBYTENANTENTRY']._loaded_options = None
+  _globals['_HOSTSTATUS_REQUESTSBYTENANTENTRY']._serialized_options = b'8\001'
   _globals['_STATUSREQUEST']._serialized_start=44
   _globals['_STATUSREQUEST']._serialized_end=59
   _globals['_MODELSTATUS']._serialized_start=62
-  _globals['_MODELSTATUS']._serialized_end=264
-  _globals['_HOSTSTATUS']._serialized_start=267
-  _globals['_HOSTSTATUS']._serialized_end=514
-  _globals['_HOSTDCONTROL']._serialized_start=516
-  _globals['_HOSTDCONTROL']._serialized_end=597
+  _globals['_MODELSTATUS']._serialized_end=395
+  _globals['_HOSTSTATUS']._serialized_start=398
+  _globals['_HOSTSTATUS']._serialized_end=1033
+  _globals['_HOSTSTATUS_SHEDBYTENANTENTRY']._serialized_start=925
+  _globals['_HOSTSTATUS_SHEDBYTENANTENTRY']._serialized_end=976
+  _globals['_HOSTSTATUS_REQUESTSBYTENANTENTRY']._serialized_start=978
+  _globals['_HOSTSTATUS_REQUESTSBYTENANTENTRY']._serialized_end=1033
+  _globals['_HOSTDCONTROL']._serialized_start=1035
+  _globals['_HOSTDCONTROL']._serialized_end=1116
 # @@protoc_insertion_point(module_scope)

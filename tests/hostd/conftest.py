@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
+from mmhost.manifest import DynamicBatching
 from storage_adapters.local import LocalStorage
 from storage_adapters.publish import publish_version
 from storage_adapters.repository import ModelRepository
@@ -22,6 +23,10 @@ def demo_store(tmp_path_factory):
     publish_version(repo, onnx_manifest("demo", "mlp_big", "1", work / "big.onnx", "model.onnx"), {"model.onnx": work / "big.onnx"})
     m = onnx_manifest("demo", "mlp_nobatch", "1", work / "big.onnx", "model.onnx").model_copy(update={"max_batch_size": 0})
     publish_version(repo, m, {"model.onnx": work / "big.onnx"})
+    prio = onnx_manifest("demo", "mlp_prio", "1", work / "big.onnx", "model.onnx").model_copy(
+        update={"max_batch_size": 32, "dynamic_batching": DynamicBatching(priority_levels=2, default_priority_level=2)}
+    )
+    publish_version(repo, prio, {"model.onnx": work / "big.onnx"})
     (root / "tenants/demo/models/broken/1").mkdir(parents=True)  # files but no manifest: invisible
     (root / "tenants/demo/models/broken/1/model.onnx").write_bytes(b"not a model")
     return root

@@ -21,7 +21,7 @@ from hostd.cache.device import DeviceCache
 from hostd.cache.tiers import RamTier
 from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
 from hostd.execution import ExecutionGate
-from hostd.loader import Loader
+from hostd.loader import Loader, LoadResult
 from hostd.metrics import HostdMetrics
 from hostd.memory import release_free_memory
 from hostd.model_state import ModelState, check_transition, failed_backoff
@@ -251,24 +251,41 @@ class ModelManager:
 
     async def _load(self, e: ModelEntry) -> None:
         m = e.manifest
-        labels = (m.tenant, m.model)
         estimate = e.last_memory_bytes or m.total_bytes
         try:
             await self._make_room(e)
             res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
+        except Unavailable as err:
+            self.cache.release(e.key)
+            if err.reason != "no_capacity":
+                self._failed(e, err)
+                raise
+            e.set_state(ModelState.ABSENT)  # nothing wrong with the model: no room right now, try again later
+            raise
         except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
             self.cache.release(e.key)
-            e.failures += 1
-            e.error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
-            e.retry_at = self._clock() + failed_backoff(e.failures, self.settings.failed_backoff_s)
-            e.set_state(ModelState.FAILED)
-            self.metrics.loads.labels(*labels, "failure").inc()
-            log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
+            self._failed(e, err)
             if isinstance(err, ServingError):
                 raise
             raise Internal(f"model {m.model!r} version {m.version!r}: load failed: {e.error}") from err
         finally:
             e.load_task = None
+        self._loaded(e, res)
+        if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
+            await self.enforce_watermark()
+
+    def _failed(self, e: ModelEntry, err: Exception) -> None:
+        m = e.manifest
+        e.failures += 1
+        e.error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
+        e.retry_at = self._clock() + failed_backoff(e.failures, self.settings.failed_backoff_s)
+        e.set_state(ModelState.FAILED)
+        self.metrics.loads.labels(m.tenant, m.model, "failure").inc()
+        log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
+
+    def _loaded(self, e: ModelEntry, res: LoadResult) -> None:
+        m = e.manifest
+        labels = (m.tenant, m.model)
         for phase, secs in res.timings.items():
             self.metrics.load_duration.labels(phase).observe(secs)
         self._count_tiers(res.source_tier)
@@ -312,8 +329,6 @@ class ModelManager:
         self.metrics.model_memory.labels(m.tenant, m.model, m.version).set(e.memory_bytes)
         self._update_resident()
         self._tier_metrics()
-        if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
-            await self.enforce_watermark()
         log.info(
             "loaded %s/%s v%s from %s: %.1f MB%s in %.2fs",
             m.tenant, m.model, m.version, res.source_tier, e.memory_bytes / 1e6,

@@ -20,7 +20,7 @@ class ModelState(str, Enum):
 
 LEGAL: dict[ModelState, frozenset[ModelState]] = {
     ModelState.ABSENT: frozenset({ModelState.LOADING}),
-    ModelState.LOADING: frozenset({ModelState.READY, ModelState.FAILED}),
+    ModelState.LOADING: frozenset({ModelState.READY, ModelState.FAILED, ModelState.ABSENT}),  # ABSENT: no room now
     ModelState.READY: frozenset({ModelState.UNLOADING}),
     ModelState.UNLOADING: frozenset({ModelState.ABSENT}),
     ModelState.FAILED: frozenset({ModelState.LOADING, ModelState.ABSENT}),

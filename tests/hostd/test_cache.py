@@ -37,6 +37,8 @@ def store(tmp_path_factory):
     publish_version(repo, onnx_manifest("other", "o0", "1", work / "other.onnx", "model.onnx"), {"model.onnx": work / "other.onnx"})
     build_onnx_mlp(work / "big.onnx", (64, 2048, 2048, 10), seed=7)
     publish_version(repo, onnx_manifest("demo", "big", "1", work / "big.onnx", "model.onnx"), {"model.onnx": work / "big.onnx"})
+    build_onnx_mlp(work / "huge.onnx", (64, 4096, 2048, 10), seed=8)  # ~34 MB: more than the whole budget
+    publish_version(repo, onnx_manifest("demo", "huge", "1", work / "huge.onnx", "model.onnx"), {"model.onnx": work / "huge.onnx"})
     # a corrupt version: the manifest's sha256 does not match the stored bytes
     build_onnx_mlp(work / "bad.onnx", DIMS, seed=5)
     m = publish_version(repo, onnx_manifest("demo", "corrupt", "1", work / "bad.onnx", "model.onnx"), {"model.onnx": work / "bad.onnx"})
@@ -217,3 +219,17 @@ def test_load_unload_cycles_do_not_leak(hostd):
     cycle(200)
     grown = proc.memory_info().rss - base
     assert grown < 40 * 1024 * 1024, f"RSS grew {grown / 1e6:.1f} MB over 200 load/unload cycles"
+
+
+def test_no_room_is_refused_without_marking_the_model_failed(hostd):
+    x = np.ones((1, 64), np.float32)
+    for _ in range(2):  # refused the same way twice: no FAILED backoff for a model that is merely too big now
+        with pytest.raises(grpc.RpcError) as ei:
+            hostd.stub.ModelInfer(_req("huge", x))
+        assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "no device memory" in ei.value.details() and "next attempt" not in ei.value.details()
+        assert int(dict(ei.value.trailing_metadata())["retry-after-ms"]) > 0
+    states = {m.model: m.state for m in hostd.status().models}
+    assert states["huge"] == "ABSENT"
+    assert _loads(hostd, "huge", "failure") == 0
+    assert metric_value(hostd.metrics_text(), "mmhost_requests_shed_total", model="huge", reason="no_capacity") == 2

@@ -7,7 +7,11 @@ Build it from measured numbers with `calibrate(data)`; `data` is a dict (or JSON
 - samples: {"loads": [{"tier": "storage", "bytes": 52000000, "seconds": 0.41}, ...],
             "batches": [{"model": "tenant/model/1", "size": 8, "seconds": 0.004}, ...]}
   fitted by least squares (seconds = fixed + slope * bytes or items), e.g. from Prometheus histograms.
+  A load sample may stand for several loads: "count": n, with "bytes" and "seconds" their totals
+  (seconds = n * fixed + slope * bytes), which is what the difference of two scrapes gives.
 Both forms may be mixed; fitted samples override direct numbers.
+"request_overhead_s" (direct only): time every served request spends outside queue, load and compute
+(RPC hops, router, tensor conversion), added to each simulated latency; 0 by default.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class CostModel:
     )
     compute_default: ComputeCost = ComputeCost()
     compute: Mapping[str, ComputeCost] = field(default_factory=dict)
+    request_overhead_s: float = 0.0  # per served request, outside queue, load and compute
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.load_fixed_s + size * self.load_s_per_byte[tier]
@@ -59,6 +64,21 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
+def _fit_counted(counts: list[float], xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(fixed per load, slope) for totals over `counts` loads each: seconds = count * fixed + slope * bytes."""
+    if all(c == 1 for c in counts):
+        return _fit(xs, ys)
+    c, x, y = (np.asarray(v, float) for v in (counts, xs, ys))
+    if len(xs) >= 2 and np.linalg.matrix_rank(np.stack([c, x], 1)) == 2:
+        (fixed, slope), *_ = np.linalg.lstsq(np.stack([c, x], 1), y, rcond=None)
+        if fixed >= 0 and slope >= 0:
+            return float(fixed), float(slope)
+        if fixed < 0:
+            return 0.0, float((x * y).sum() / max((x * x).sum(), 1e-30))
+        return float((c * y).sum() / (c * c).sum()), 0.0
+    return 0.0, float(y.sum() / max(x.sum(), 1e-30))
+
+
 def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
     if isinstance(data, (str, Path)):
         data = json.loads(Path(data).read_text())
@@ -76,7 +96,8 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
             if tier not in TIERS:
                 raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
             pts = [s for s in loads if s["tier"] == tier]
-            f, slope = _fit([s["bytes"] for s in pts], [s["seconds"] for s in pts])
+            f, slope = _fit_counted([s.get("count", 1) for s in pts], [s["bytes"] for s in pts],
+                                    [s["seconds"] for s in pts])
             per_byte[tier] = slope
             fixes.append(f)
         fixed = float(np.mean(fixes))
@@ -86,4 +107,6 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
     for model, pts in by_model.items():
         f, slope = _fit([s["size"] for s in pts], [s["seconds"] for s in pts])
         compute[model] = ComputeCost(f, slope)
-    return replace(cm, load_fixed_s=fixed, load_s_per_byte=per_byte, compute_default=default, compute=compute)
+    overhead = float(data.get("request_overhead_s", cm.request_overhead_s))
+    return replace(cm, load_fixed_s=fixed, load_s_per_byte=per_byte, compute_default=default, compute=compute,
+                   request_overhead_s=overhead)

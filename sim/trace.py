@@ -2,7 +2,8 @@
 
 Fields: ts (unix seconds, float), tenant, model, version; optional status, total_ms, queue_ms, host,
 bytes_in, bytes_out, size_bytes (the model's measured size on the device). A model is "tenant/model/version";
-its size is the largest size_bytes seen for it, else `default_size`. Lines are replayed in time order
+its size is `sizes[key]` when given (e.g. hostd's measured memory per model), else the largest size_bytes
+seen for it, else `default_size`. Lines are replayed in time order
 (stable for equal times); blank lines are skipped; a malformed line is an error naming its number.
 """
 
@@ -20,10 +21,10 @@ from sim.workload import ModelSpec, Workload
 REQUIRED = ("ts", "tenant", "model", "version")
 
 
-def read_trace(path: str | Path, default_size: int = 50_000_000) -> Workload:
+def read_trace(path: str | Path, default_size: int = 50_000_000, sizes: Mapping[str, int] | None = None) -> Workload:
     index: dict[str, int] = {}
     tenants: list[str] = []
-    sizes: list[int] = []
+    sizes_seen: list[int] = []
     ts: list[float] = []
     model: list[int] = []
     with open(path, encoding="utf-8") as f:
@@ -42,13 +43,14 @@ def read_trace(path: str | Path, default_size: int = 50_000_000) -> Workload:
                 raise ValueError(f"{path}:{lineno}: bad trace line: {e}") from None
             i = index.get(key)
             if i is None:
-                i = index[key] = len(sizes)
+                i = index[key] = len(sizes_seen)
                 tenants.append(str(rec["tenant"]))
-                sizes.append(0)
-            sizes[i] = max(sizes[i], size)
+                sizes_seen.append(0)
+            sizes_seen[i] = max(sizes_seen[i], size)
             ts.append(t)
             model.append(i)
-    models = [ModelSpec(k, tenants[i], sizes[i] or default_size) for k, i in index.items()]
+    known = sizes or {}
+    models = [ModelSpec(k, tenants[i], known.get(k) or sizes_seen[i] or default_size) for k, i in index.items()]
     t_arr = np.asarray(ts, dtype=np.float64)
     order = np.argsort(t_arr, kind="stable")
     return Workload(models, t_arr[order], np.asarray(model, dtype=np.int64)[order])

@@ -1,0 +1,96 @@
+"""From the real system's own metrics to sim.costs.calibrate's input: the fidelity check's glue.
+
+A hostd's Prometheus page is parsed into a `HostdScrape` (cumulative counters). The difference of two
+scrapes of one host is one load sample: the loads that finished between them (count), their bytes (sizes
+passed in: hostd's measured memory per model), their seconds (sum of all load phases), and the tier they came
+from (host RAM, disk or storage, from the cache hit/miss counters; an interval whose loads came from more
+than one tier gives no sample). Batch samples come from the compute-time and batch-size histograms, one per
+model, summed over hosts. Model keys are "tenant/model/version", as in traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass
+class HostdScrape:
+    load_seconds: float = 0.0  # all phases of all loads
+    loads: dict[str, float] = field(default_factory=dict)  # "tenant/model" -> successful loads
+    tiers: dict[str, float] = field(default_factory=dict)  # "host_ram" / "disk" / "storage" -> loads from there
+    compute: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [seconds, batches]
+    rows: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [rows, batches]
+    memory: dict[str, int] = field(default_factory=dict)  # "tenant/model/version" -> measured bytes (resident)
+
+
+def parse_hostd_metrics(text: str) -> HostdScrape:
+    s = HostdScrape()
+    for fam in text_string_to_metric_families(text):
+        for x in fam.samples:
+            lb, v = x.labels, x.value
+            if x.name == "mmhost_model_load_duration_seconds_sum":
+                s.load_seconds += v
+            elif x.name == "mmhost_model_loads_total" and lb.get("result") == "success":
+                s.loads[f"{lb['tenant']}/{lb['model']}"] = v
+            elif x.name == "mmhost_cache_hits_total" and lb.get("tier") == "ram":
+                s.tiers["host_ram"] = s.tiers.get("host_ram", 0.0) + v
+            elif x.name == "mmhost_cache_hits_total" and lb.get("tier") == "disk":
+                s.tiers["disk"] = s.tiers.get("disk", 0.0) + v
+            elif x.name == "mmhost_cache_misses_total" and lb.get("tier") == "disk":
+                s.tiers["storage"] = s.tiers.get("storage", 0.0) + v
+            elif x.name in ("mmhost_compute_duration_seconds_sum", "mmhost_compute_duration_seconds_count"):
+                i = 0 if x.name.endswith("_sum") else 1
+                s.compute.setdefault(f"{lb['tenant']}/{lb['model']}", [0.0, 0.0])[i] = v
+            elif x.name in ("mmhost_batch_size_sum", "mmhost_batch_size_count"):
+                i = 0 if x.name.endswith("_sum") else 1
+                s.rows.setdefault(f"{lb['tenant']}/{lb['model']}", [0.0, 0.0])[i] = v
+            elif x.name == "mmhost_model_memory_bytes":
+                s.memory[f"{lb['tenant']}/{lb['model']}/{lb['version']}"] = int(v)
+    return s
+
+
+def load_sample(prev: HostdScrape, cur: HostdScrape, sizes: Mapping[str, int], version: str = "1") -> dict[str, Any] | None:
+    """The loads one host finished between two scrapes, as one calibrate() load sample; None when there
+    were none or they came from more than one tier."""
+    count, nbytes = 0.0, 0.0
+    for key, n in cur.loads.items():
+        d = n - prev.loads.get(key, 0.0)
+        if d > 0:
+            count += d
+            nbytes += d * sizes[f"{key}/{version}"]
+    if count <= 0:
+        return None
+    tiers = [t for t, n in cur.tiers.items() if n - prev.tiers.get(t, 0.0) > 0]
+    if len(tiers) != 1:
+        return None
+    return {"tier": tiers[0], "count": count, "bytes": nbytes, "seconds": cur.load_seconds - prev.load_seconds}
+
+
+def batch_samples(scrapes: Iterable[HostdScrape], version: str = "1") -> list[dict[str, Any]]:
+    """One calibrate() batch sample per model: mean rows per batch and mean seconds per batch, all hosts."""
+    secs: dict[str, list[float]] = {}
+    rows: dict[str, float] = {}
+    for s in scrapes:
+        for key, (sec, n) in s.compute.items():
+            acc = secs.setdefault(key, [0.0, 0.0])
+            acc[0] += sec
+            acc[1] += n
+        for key, (r, _) in s.rows.items():
+            rows[key] = rows.get(key, 0.0) + r
+    return [{"model": f"{k}/{version}", "size": rows.get(k, n) / n, "seconds": sec / n}
+            for k, (sec, n) in sorted(secs.items()) if n > 0]
+
+
+def measured_sizes(scrapes: Iterable[HostdScrape]) -> dict[str, int]:
+    """Each model's measured memory over a run's scrapes: the median of the readings seen while it was
+    resident (a CPU reading varies from load to load; the gauge disappears on eviction)."""
+    seen: dict[str, list[int]] = {}
+    for s in scrapes:
+        for k, v in s.memory.items():
+            seen.setdefault(k, []).append(v)
+    return {k: int(np.median(v)) for k, v in seen.items()}

@@ -1,0 +1,65 @@
+"""The fidelity machinery on a real hostd (the bench, bench/sim_fidelity.py, is the whole check): scrapes of
+its metrics become calibrate() samples with positive per-byte load cost and per-batch compute cost."""
+
+import numpy as np
+import pytest
+
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest
+from protos import grpc_service_pb2 as pb
+from sim.costs import calibrate
+from sim.fidelity import batch_samples, load_sample, measured_sizes, parse_hostd_metrics
+from storage_adapters.local import LocalStorage
+from storage_adapters.publish import publish_version
+from storage_adapters.repository import ModelRepository
+from tests.hostd_proc import HostdProc
+
+WIDTHS = {"small": 128, "mid": 600, "large": 1300}  # 256-w-w-10 MLPs: about 0.2, 2.1 and 8.1 MB
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fid-store")
+    repo = ModelRepository(LocalStorage(root))
+    work = tmp_path_factory.mktemp("fid-models")
+    for name, w in WIDTHS.items():
+        f = work / f"{name}.onnx"
+        build_onnx_mlp(f, (256, w, w, 10))
+        publish_version(repo, onnx_manifest("fid", name, "1", f, "model.onnx"), {"model.onnx": f})
+    h = HostdProc(str(root), tmp_path_factory.mktemp("fid-hostd"), tenant="fid", args=["--lazy"])
+    yield h
+    h.stop()
+
+
+def _infer(h: HostdProc, model: str, rows: int = 1) -> None:
+    x = np.ones((rows, 256), np.float32)
+    req = pb.ModelInferRequest(model_name=model, raw_input_contents=[x.tobytes()],
+                               inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[rows, 256])])
+    h.stub.ModelInfer(req, metadata=(("mmhost-tenant", "fid"),), timeout=30)
+
+
+def test_scraped_metrics_calibrate_positive_load_and_compute_costs(host):
+    scrapes = [parse_hostd_metrics(host.metrics_text())]
+    for name in WIDTHS:  # one first load (from storage) per scrape interval, then a few batches
+        _infer(host, name)
+        for rows in (1, 4):
+            _infer(host, name, rows)
+        scrapes.append(parse_hostd_metrics(host.metrics_text()))
+    # unloaded, then asked for again: the reload comes from the host-RAM tier
+    host.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="large"),
+                                    metadata=(("mmhost-tenant", "fid"),), timeout=30)
+    _infer(host, "large")
+    scrapes.append(parse_hostd_metrics(host.metrics_text()))
+
+    sizes = measured_sizes(scrapes)
+    assert set(sizes) == {f"fid/{n}/1" for n in WIDTHS} and all(v > 0 for v in sizes.values())
+    loads = [load_sample(a, b, sizes) for a, b in zip(scrapes, scrapes[1:])]
+    assert [(s["tier"], s["count"]) for s in loads] == [("storage", 1)] * 3 + [("host_ram", 1)]
+    assert all(s["seconds"] > 0 and s["bytes"] == sizes[f"fid/{n}/1"] for s, n in zip(loads, [*WIDTHS, "large"]))
+    batches = batch_samples(scrapes[-1:])
+    assert {b["model"] for b in batches} == {f"fid/{n}/1" for n in WIDTHS}
+    assert all(b["size"] > 1 for b in batches)  # rows per batch: the 4-row requests count
+
+    costs = calibrate({"loads": loads, "batches": batches})
+    assert costs.load_s_per_byte["storage"] > 0
+    assert costs.load_seconds(sizes["fid/large/1"], "storage") > costs.load_seconds(sizes["fid/small/1"], "storage")
+    assert all(costs.batch_seconds(f"fid/{n}/1", 1) > 0 for n in WIDTHS)

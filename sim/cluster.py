@@ -246,8 +246,9 @@ class Cluster:
     def _batch_done(self, host: Host, m: int, seqs: tuple[int, ...]) -> None:
         now = self.loop.now
         lat = self.stats[self._tenant_of[m]].latencies
+        extra = self.costs.request_overhead_s
         for s in seqs:
-            lat.append(now - self._arrival.pop(s))
+            lat.append(now - self._arrival.pop(s) + extra)
         slot = host.slots[m]
         slot.free += 1
         slot.inflight -= 1

@@ -32,3 +32,29 @@ def test_calibrate_from_direct_numbers_and_samples(tmp_path):
     assert cm.batch_seconds("x", 2) == pytest.approx(0.005)
     with pytest.raises(ValueError, match="unknown tier"):
         calibrate({"loads": [{"tier": "tape", "bytes": 1, "seconds": 1}]})
+
+
+def test_counted_load_samples_recover_fixed_and_per_byte():
+    # totals over several loads each (two scrapes apart): seconds = count * 0.01 + 2e-9 * bytes
+    from sim.costs import calibrate as cal
+
+    pts = [(1, 1e6), (3, 9e6), (2, 2e6), (5, 30e6)]
+    cm = cal({"loads": [{"tier": "disk", "count": c, "bytes": b, "seconds": c * 0.01 + 2e-9 * b} for c, b in pts],
+              "request_overhead_s": 0.001})
+    assert cm.load_fixed_s == pytest.approx(0.01) and cm.load_s_per_byte["disk"] == pytest.approx(2e-9)
+    assert cm.request_overhead_s == 0.001
+
+
+def test_request_overhead_is_added_to_every_simulated_latency():
+    import numpy as np
+
+    from sim.cluster import ClusterConfig, run_cluster
+    from sim.workload import ModelSpec, Workload
+
+    wl = Workload([ModelSpec("t/m/1", "t", 10)], np.array([0.0, 5.0]), np.array([0, 0]))
+    base = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                     compute_default=ComputeCost(0.01, 0.0))
+    plus = CostModel(**{**base.__dict__, "request_overhead_s": 0.002})
+    a = run_cluster(wl, ClusterConfig(device_bytes=100), base).total.latencies
+    b = run_cluster(wl, ClusterConfig(device_bytes=100), plus).total.latencies
+    assert a == pytest.approx([1.01, 0.01]) and b == pytest.approx([1.012, 0.012])

@@ -1,4 +1,4 @@
-"""`mmhost router` (the tenants' front door) and `mmhost tenant create|list|rotate-key|delete`."""
+"""`mmhost router` (the tenants' front door) and `mmhost tenant create|set-limits|list|rotate-key|delete`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,24 @@ import typer
 
 REDIS_HELP = "Redis mode: the tenant registry in Redis [MMHOST_REDIS_URL]"
 FILE_HELP = "embedded mode: the tenants file (holds key hashes only)"
+TIER_HELP = "tier: free, standard, premium or unlimited (its defaults apply to every limit not set)"
+
+
+def _limit_options(rate, burst, max_concurrency, weight, instances, default_priority, device_guaranteed,
+                   device_maximum) -> dict:
+    return {"rate": rate, "burst": burst, "max_concurrency": max_concurrency, "weight": weight,
+            "instances": instances, "default_priority": default_priority, "device_guaranteed": device_guaranteed,
+            "device_maximum": device_maximum}
+
+
+def describe_limits(lim) -> str:
+    def n(v, unit=""):
+        return "unlimited" if not v else f"{v:g}{unit}"
+
+    burst = lim.burst or (max(1, int(lim.rate)) if lim.rate else 0)
+    return (f"tier {lim.tier}  rate {n(lim.rate, '/s')} burst {n(burst)}  concurrency {n(lim.max_concurrency)}  "
+            f"weight {lim.weight:g}  instances {lim.instances or 'model'}  priority {lim.default_priority or 'model'}  "
+            f"device guaranteed {lim.device_guaranteed} maximum {lim.device_maximum or '-'}")
 
 
 def open_registry(redis: str | None, tenants: Path | None):
@@ -64,16 +82,57 @@ def register(app: typer.Typer) -> None:
 
     @tenant_app.command("create")
     def create(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
-               tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
-        """Create a tenant and print its API key (shown once, never stored)."""
+               tenants: Path = typer.Option(None, help=FILE_HELP),
+               tier: str = typer.Option(None, help=TIER_HELP),
+               rate: float = typer.Option(None, help="requests/s admitted by each router (0 = unlimited)"),
+               burst: int = typer.Option(None, help="token bucket size (0 = max(1, rate))"),
+               max_concurrency: int = typer.Option(None, help="requests in flight per router (0 = unlimited)"),
+               weight: float = typer.Option(None, help="share of device execution time relative to other tenants"),
+               instances: int = typer.Option(None, help="executors per model on each host (0 = the model's own)"),
+               default_priority: int = typer.Option(None, help="priority level for requests that name none (0 = model default)"),
+               device_guaranteed: str = typer.Option(None, help="device memory no other tenant's load can take (bytes or fraction)"),
+               device_maximum: str = typer.Option(None, help="device memory this tenant may hold at most"),
+               ) -> None:
+        """Create a tenant and print its API key (shown once, never stored). Without --tier or limits the
+        tenant is "unlimited" (no quotas)."""
         from router.tenants import TenantError
 
+        over = _limit_options(rate, burst, max_concurrency, weight, instances, default_priority, device_guaranteed,
+                              device_maximum)
         try:
-            key = open_registry(redis, tenants).create(name)
+            reg = open_registry(redis, tenants)
+            key = reg.create(name, tier, over)
+            lim = reg.get(name).limits
         except TenantError as e:
             _fail(e)
-        typer.echo(f"tenant {name} created. API key (shown once, store it now):")
+        typer.echo(f"tenant {name} created ({describe_limits(lim)}). API key (shown once, store it now):")
         typer.echo(key)
+
+    @tenant_app.command("set-limits")
+    def set_limits(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
+                   tenants: Path = typer.Option(None, help=FILE_HELP),
+                   tier: str = typer.Option(None, help=TIER_HELP),
+                   rate: float = typer.Option(None, help="requests/s admitted by each router (0 = unlimited)"),
+                   burst: int = typer.Option(None, help="token bucket size (0 = max(1, rate))"),
+                   max_concurrency: int = typer.Option(None, help="requests in flight per router (0 = unlimited)"),
+                   weight: float = typer.Option(None, help="share of device execution time relative to other tenants"),
+                   instances: int = typer.Option(None, help="executors per model on each host (0 = the model's own)"),
+                   default_priority: int = typer.Option(None, help="priority level for requests that name none (0 = model default)"),
+                   device_guaranteed: str = typer.Option(None, help="device memory no other tenant's load can take (bytes or fraction)"),
+                   device_maximum: str = typer.Option(None, help="device memory this tenant may hold at most"),
+                   reset: bool = typer.Option(False, "--reset", help="drop earlier per-tenant overrides first"),
+                   ) -> None:
+        """Change a tenant's tier and limits; options not given keep their value. Routers and hostds pick
+        the change up at their next refresh (about a second)."""
+        from router.tenants import TenantError
+
+        over = _limit_options(rate, burst, max_concurrency, weight, instances, default_priority, device_guaranteed,
+                              device_maximum)
+        try:
+            rec = open_registry(redis, tenants).set_limits(name, tier, over, reset)
+        except TenantError as e:
+            _fail(e)
+        typer.echo(f"tenant {name}: {describe_limits(rec.limits)}")
 
     @tenant_app.command("rotate-key")
     def rotate_key(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
@@ -91,13 +150,23 @@ def register(app: typer.Typer) -> None:
     @tenant_app.command("list")
     def list_(redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
               tenants: Path = typer.Option(None, help=FILE_HELP)) -> None:
-        """List tenants (names, dates and key-hash prefixes; keys themselves are never stored)."""
+        """List tenants: name, tier and limits, dates and key-hash prefixes (keys themselves are never stored)."""
+        from router.tenants import TenantError
 
         def when(t: float) -> str:
             return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if t else "-"
 
-        for r in open_registry(redis, tenants).list():
-            typer.echo(f"{r.name}\tcreated {when(r.created)}\tkey rotated {when(r.rotated)}\tkey sha256 {r.key_sha256[:12]}…")
+        try:
+            recs = open_registry(redis, tenants).list()
+        except TenantError as e:
+            _fail(e)
+        for r in recs:
+            try:
+                lim = describe_limits(r.limits)
+            except ValueError as e:
+                lim = f"invalid limits {r.spec}: {e}"
+            typer.echo(f"{r.name}\t{lim}\tcreated {when(r.created)}\tkey rotated {when(r.rotated)}"
+                       f"\tkey sha256 {r.key_sha256[:12]}…")
 
     @tenant_app.command("delete")
     def delete(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),

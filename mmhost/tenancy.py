@@ -41,3 +41,9 @@ def limits_for(tier: str, overrides: dict | None = None) -> TenantLimits:
     base.update({k: v for k, v in (overrides or {}).items() if v is not None})
     base["tier"] = tier
     return TenantLimits.model_validate(base)
+
+
+def spec_limits(spec: dict | None) -> TenantLimits:
+    """A stored spec {"tier": T, overrides} -> limits; {} or None (a record from before limits) -> "unlimited"."""
+    spec = dict(spec or {})
+    return limits_for(spec.pop("tier", "unlimited"), spec)

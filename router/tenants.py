@@ -1,13 +1,19 @@
-"""The tenant registry: tenant name -> hash of its API key. Two stores behind one interface:
+"""The tenant registry: tenant name -> hash of its API key and its limits. Two stores behind one interface:
 
 - RedisTenants (`--redis`): keys under a prefix P (default `mmhost:tenants:`):
-      P by-name      HASH tenant -> JSON {"key_sha256": ..., "created": ..., "rotated": ...}
+      P by-name      HASH tenant -> JSON {"key_sha256": ..., "created": ..., "rotated": ...,
+                                          "limits": {"tier": "premium", "rate": 50, ...}}
       P by-hash      HASH key sha256 -> tenant (what routers read)
   Both change in one MULTI transaction.
 - FileTenants (`--tenants FILE`, the embedded mode): a JSON file {"tenants": {name: {...same record...}}},
   replaced atomically (write a temporary file, rename).
 
 A key is returned once, by create and rotate_key, and never stored.
+
+"limits" holds the tier and only the fields set for this tenant (the rest follow the tier's defaults, see
+mmhost/tenancy.py). A record without "limits" (written before limits existed) reads as tier "unlimited":
+no quotas, weight 1, the model's own instance count. Routers read the limits for admission; hostds read the
+same records (Redis, or the same file in embedded mode) for weights, instances, priority and device shares.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mmhost.tenancy import TenantLimits, spec_limits
 from router.auth import hash_key, new_key
 
 DEFAULT_PREFIX = "mmhost:tenants:"
@@ -37,13 +44,35 @@ class TenantRecord:
     key_sha256: str
     created: float
     rotated: float = 0.0
+    spec: dict = field(default_factory=dict)  # {"tier": ..., overrides}; {} = tier "unlimited"
 
     def to_json(self) -> dict:
-        return {"key_sha256": self.key_sha256, "created": self.created, "rotated": self.rotated}
+        d = {"key_sha256": self.key_sha256, "created": self.created, "rotated": self.rotated}
+        if self.spec:
+            d["limits"] = self.spec
+        return d
 
     @classmethod
     def from_json(cls, name: str, d: dict) -> TenantRecord:
-        return cls(name, d["key_sha256"], float(d.get("created", 0)), float(d.get("rotated", 0)))
+        return cls(name, d["key_sha256"], float(d.get("created", 0)), float(d.get("rotated", 0)),
+                   dict(d.get("limits") or {}))
+
+    @property
+    def limits(self) -> TenantLimits:
+        return spec_limits(self.spec)
+
+
+def merge_spec(old: dict, tier: str | None, overrides: dict, reset: bool = False) -> dict:
+    """The new stored spec: `tier` (when given) and `overrides` (fields given, None = not given) over the old
+    one (or over nothing with `reset`). Invalid tier or value: TenantError, nothing changes."""
+    spec = {} if reset else dict(old)
+    spec["tier"] = tier if tier is not None else old.get("tier", "unlimited")
+    spec.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        spec_limits(spec)
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        raise TenantError(f"invalid limits: {e}") from None
+    return spec
 
 
 def check_name(name: str) -> str:
@@ -69,19 +98,33 @@ class TenantRegistry(abc.ABC):
         """key sha256 -> tenant: what a router's KeyIndex holds."""
         return {r.key_sha256: r.name for r in self.list()}
 
-    def create(self, name: str) -> str:
+    def limits(self) -> dict[str, TenantLimits]:
+        """tenant -> limits: what routers (admission) and hostds (weights, instances, shares) read."""
+        return {r.name: r.limits for r in self.list()}
+
+    def create(self, name: str, tier: str | None = None, overrides: dict | None = None) -> str:
         check_name(name)
         if self.get(name) is not None:
             raise TenantError(f"tenant {name!r} already exists (rotate-key gives it a new key)")
+        given = tier is not None or any(v is not None for v in (overrides or {}).values())
+        spec = merge_spec({}, tier, overrides or {}) if given else {}
         key = new_key()
-        self._put(TenantRecord(name, hash_key(key), time.time()), None)
+        self._put(TenantRecord(name, hash_key(key), time.time(), spec=spec), None)
         return key
 
     def rotate_key(self, name: str) -> str:
         old = self._require(name)
         key = new_key()
-        self._put(TenantRecord(name, hash_key(key), old.created, time.time()), old)
+        self._put(TenantRecord(name, hash_key(key), old.created, time.time(), old.spec), old)
         return key
+
+    def set_limits(self, name: str, tier: str | None = None, overrides: dict | None = None,
+                   reset: bool = False) -> TenantRecord:
+        """Change a tenant's tier and/or some limits (the others stay); `reset` drops earlier overrides."""
+        old = self._require(name)
+        rec = replace(old, spec=merge_spec(old.spec, tier, overrides or {}, reset))
+        self._put(rec, old)
+        return rec
 
     def delete(self, name: str) -> None:
         self._remove(self._require(name))

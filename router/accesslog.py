@@ -5,7 +5,8 @@
 
 ts is the arrival time (unix seconds); version is the one that served (from the response), else the one asked
 for, else ""; host is the last host tried ("" when none was); queue_ms (hostd queue time) appears only when
-known. Lines are buffered and flushed by the composition root's flush task and on close.
+known; reason (why the router refused it: quota_rate, quota_concurrency, deadline_infeasible, no_host,
+deadline) appears only on the router's own refusals. Lines are buffered and flushed by the composition root's flush task and on close.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ class AccessLog:
         return cls(open(where, "a", encoding="utf-8", buffering=1 << 16))  # noqa: SIM115 - closed in close()
 
     def write(self, *, ts: float, tenant: str, model: str, version: str, host: str, total_ms: float, status: str,
-              bytes_in: int, bytes_out: int, id: str, queue_ms: float | None = None) -> None:
+              bytes_in: int, bytes_out: int, id: str, queue_ms: float | None = None, reason: str | None = None) -> None:
         if self._out is None:
             return
         rec = {"ts": round(ts, 6), "tenant": tenant, "model": model, "version": version, "host": host,
                "total_ms": round(total_ms, 3), "status": status, "bytes_in": bytes_in, "bytes_out": bytes_out, "id": id}
         if queue_ms is not None:
             rec["queue_ms"] = round(queue_ms, 3)
+        if reason:
+            rec["reason"] = reason
         self._out.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
     def flush(self) -> None:

@@ -18,6 +18,7 @@ from enum import Enum
 
 from hostd.heartbeat import index_key, status_key
 from protos import hostd_control_pb2 as hc
+from router.admission_policy import RecentTimes
 from router.placement_policy import HostView, ModelLoad, Residency
 
 
@@ -76,6 +77,7 @@ class ClusterView:
         self.hosts: dict[str, Host] = {}
         self.sizes: dict[str, int] = {}
         self._eligible: list[HostView] = []
+        self._times: dict[str, list[tuple[str, RecentTimes]]] = {}  # model key -> (host, times) where READY
 
     def apply(self, statuses: Mapping[str, hc.HostStatus | None], complete: bool) -> None:
         """Take a refresh. `complete`: hosts missing from `statuses` are gone (their heartbeat expired)."""
@@ -96,7 +98,13 @@ class ClusterView:
             h.status, h.host_id, h.sent_unix, h.down_at_sent = s, s.host_id, s.sent_unix, None
             h.state = HostState.DRAINING if s.draining else HostState.UP
         self.sizes = sizes
+        self._times = recent_times_index(self.hosts.values())
         self._rebuild()
+
+    def recent_times(self, key: str) -> list[RecentTimes]:
+        """The model's recent queue/compute times on each UP host that has it READY (for admission)."""
+        up = {v.address for v in self._eligible}
+        return [t for addr, t in self._times.get(key, ()) if addr in up]
 
     def mark_down(self, address: str) -> bool:
         """True if the host was not already down."""
@@ -131,6 +139,20 @@ class ClusterView:
 
     def holders(self, key: str) -> list[str]:
         return [v.address for v in self._eligible if key in v.models]
+
+
+def recent_times_index(hosts) -> dict[str, list[tuple[str, RecentTimes]]]:
+    out: dict[str, list[tuple[str, RecentTimes]]] = {}
+    for h in hosts:
+        if h.status is None:
+            continue
+        for m in h.status.models:
+            if m.state != "READY":
+                continue
+            t = RecentTimes(m.queue_ms_recent, m.compute_ms_recent, m.queue_depth)
+            for k in {model_key(m.tenant, m.model, m.version), model_key(m.tenant, m.model)}:
+                out.setdefault(k, []).append((h.address, t))
+    return out
 
 
 class HeartbeatReader:

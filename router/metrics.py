@@ -24,5 +24,9 @@ class RouterMetrics:
         self.replications = Counter("mmhost_router_replications_total", "Extra copies of hot models started", registry=r)
         self.unauthenticated = Counter("mmhost_router_unauthenticated_total", "Calls refused for a missing or wrong key",
                                        registry=r)
+        self.shed = Counter("mmhost_requests_shed", "Requests refused before reaching a model, by reason "
+                            "(the router's own refusals; hostds count theirs)", ["tenant", "model", "reason"], registry=r)
+        self.admitted_inflight = Gauge("mmhost_router_admitted_inflight", "Requests admitted and not yet answered",
+                                       registry=r)
         self.view_refresh_errors = Counter("mmhost_router_view_refresh_errors_total",
                                            "Failed refreshes of the host view or tenants", ["what"], registry=r)

@@ -1,5 +1,5 @@
 """The router's composition root: settings in, a running server out. Wires the tenant registry, key index,
-catalog, host view and its source (Redis heartbeats or static hosts), forwarder, metrics, access log and
+admission quotas, catalog, host view and its source (Redis heartbeats or static hosts), forwarder, metrics, access log and
 servicer; starts and stops the background refreshes; SIGTERM/SIGINT stop it."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hostd.interceptors import ErrorInterceptor
 from mmhost.settings import S3Settings
 from protos import grpc_service_pb2
 from router.accesslog import AccessLog
+from router.admission import Admission
 from router.auth import KeyIndex
 from router.cluster import ClusterView, HeartbeatReader, StaticHosts
 from router.directory import ModelDirectory
@@ -50,6 +51,7 @@ class Router:
         self.cluster = ClusterView()
         self.local = LocalLoad()
         self.keys = KeyIndex()
+        self.admission = Admission()
         self.access_log = AccessLog.open(s.access_log)
         self._aredis = None
         self.tenants: TenantRegistry
@@ -74,7 +76,7 @@ class Router:
         self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s)
         self.servicer = RouterServicer(settings=s, keys=self.keys, directory=self.directory, cluster=self.cluster,
                                        local=self.local, forwarder=self.forwarder, metrics=self.metrics,
-                                       access_log=self.access_log)
+                                       access_log=self.access_log, admission=self.admission)
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None
@@ -96,10 +98,11 @@ class Router:
             seen = self.tenants.mtime()
             if seen == self._tenants_seen:
                 return
-            self.keys.replace(await asyncio.to_thread(self.tenants.by_hash))
+        by_hash, limits = await asyncio.to_thread(lambda: (self.tenants.by_hash(), self.tenants.limits()))
+        self.keys.replace(by_hash)
+        self.admission.replace(limits)
+        if isinstance(self.tenants, FileTenants):
             self._tenants_seen = seen
-        else:
-            self.keys.replace(await asyncio.to_thread(self.tenants.by_hash))
 
     async def _every(self, what: str, fn) -> None:
         failing = False

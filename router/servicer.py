@@ -14,11 +14,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from hostd.errors import DeadlineExceeded, InvalidArgument, ServingError, Unavailable
+from hostd.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, ServingError, Unavailable
 from mmhost import __version__
 from protos import grpc_service_pb2 as pb
 from protos.router_header_pb2 import InferHeader
 from router.accesslog import AccessLog
+from router.admission import Admission
+from router.admission_policy import ShedReason, check_deadline
 from router.auth import KeyIndex, bearer
 from router.cluster import ClusterView, model_key
 from router.directory import ModelDirectory, not_found
@@ -32,6 +34,7 @@ from router.settings import RouterSettings
 
 log = logging.getLogger(__name__)
 TENANT_HEADER = "mmhost-tenant"  # hostd.servicer.TENANT_HEADER (a test keeps them equal)
+SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
 EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters",
               "statistics"]
 
@@ -46,8 +49,9 @@ def _parse(cls, body: bytes):
 class RouterServicer:
     def __init__(self, *, settings: RouterSettings, keys: KeyIndex, directory: ModelDirectory, cluster: ClusterView,
                  local: LocalLoad, forwarder: Forwarder, metrics: RouterMetrics, access_log: AccessLog,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, admission: Admission | None = None) -> None:
         self.settings = settings
+        self.admission = admission or Admission()
         self.keys, self.directory, self.cluster, self.local = keys, directory, cluster, local
         self.forwarder, self.metrics, self.access_log = forwarder, metrics, access_log
         self.pcfg: PlacementConfig = settings.placement()
@@ -106,7 +110,7 @@ class RouterServicer:
                 self._replicate(tenant, model, version, key, p.replicate_to, now)
             timeout = None if deadline is None else deadline - now
             if timeout is not None and timeout <= 0:
-                raise DeadlineExceeded("deadline exceeded before the request could be forwarded")
+                raise DeadlineExceeded("deadline exceeded before the request could be forwarded", reason="deadline")
             self.local.begin(key, p.host)
             try:
                 return await self.forwarder.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
@@ -152,6 +156,36 @@ class RouterServicer:
         self._background.add(t)
         t.add_done_callback(self._background.discard)
 
+    # -- admission ----------------------------------------------------------------------------------
+
+    def _remaining(self, hdr: InferHeader, context: aio.ServicerContext) -> float | None:
+        """Seconds left: the gRPC deadline, the `timeout` parameter (µs), else the default timeout."""
+        remaining = context.time_remaining()
+        if remaining is None and self.settings.default_timeout_s:
+            remaining = self.settings.default_timeout_s
+        us = _param_int(hdr.parameters, "timeout")
+        if us is not None and us > 0:
+            remaining = us / 1e6 if remaining is None else min(remaining, us / 1e6)
+        return remaining
+
+    def _admit(self, tenant: str, model: str, version: str, hdr: InferHeader, context: aio.ServicerContext) -> None:
+        """Quotas, then deadline feasibility; a refusal raises (and holds no place), an admission holds one
+        concurrency place until `self.admission.leave(tenant)`."""
+        times = self.cluster.recent_times(model_key(tenant, model, version))
+        feas = check_deadline(self._remaining(hdr, context), times, model)
+        busy_ms = int(feas.expected_ms) if feas.expected_ms else 10
+        d = self.admission.enter(tenant, time.monotonic(), busy_retry_ms=busy_ms)
+        if not d.admit:
+            raise ResourceExhausted(d.message, retry_after_ms=d.retry_after_ms, reason=d.reason.value)
+        if not feas.admit:
+            self.admission.leave(tenant)
+            raise Unavailable(feas.message, retry_after_ms=feas.retry_after_ms, reason=ShedReason.DEADLINE_INFEASIBLE.value)
+        self.metrics.admitted_inflight.inc()
+
+    def _leave(self, tenant: str) -> None:
+        self.admission.leave(tenant)
+        self.metrics.admitted_inflight.dec()
+
     # -- inference ----------------------------------------------------------------------------------
 
     async def ModelInfer(self, body: bytes, context: aio.ServicerContext) -> bytes:
@@ -159,16 +193,23 @@ class RouterServicer:
         tenant = self._tenant(context)
         hdr = _parse(InferHeader, body)
         model, version = hdr.model_name, hdr.model_version
-        status, host, resp, known = "OK", "", b"", False
+        status, host, resp, known, reason = "OK", "", b"", False, None
         try:
             if not model:
                 raise InvalidArgument("model_name is required")
             await self.directory.check(tenant, model, version)
             known = True
-            resp, host = await self._forward(tenant, model, version, "ModelInfer", body, context)
+            self._admit(tenant, model, version, hdr, context)
+            try:
+                resp, host = await self._forward(tenant, model, version, "ModelInfer", body, context)
+            finally:
+                self._leave(tenant)
             return resp
         except ServingError as e:
             status = e.code.name
+            if not isinstance(e, Forwarded) and e.reason and status in SHED_CODES:
+                reason = e.reason  # the router's own refusal; a hostd counts the ones it forwards
+                self.metrics.shed.labels(tenant, model if known else "(unknown)", reason).inc()
             raise
         finally:
             total = time.monotonic() - t0
@@ -182,7 +223,7 @@ class RouterServicer:
             self.metrics.forward_seconds.observe(total)
             self.access_log.write(ts=ts, tenant=tenant, model=model, version=served, host=host,
                                   total_ms=total * 1000, status=status, bytes_in=len(body), bytes_out=len(resp),
-                                  id=hdr.id)
+                                  id=hdr.id, reason=reason)
 
     # -- server-level calls, answered here --------------------------------------------------------
 
@@ -294,6 +335,18 @@ class RouterServicer:
         if req.name and not merged:
             merged[(req.name, req.version)] = pb.ModelStatistics(name=req.name, version=req.version)
         return pb.ModelStatisticsResponse(model_stats=[merged[k] for k in sorted(merged)]).SerializeToString()
+
+
+def _param_int(params, name: str) -> int | None:
+    p = params.get(name)
+    if p is None:
+        return None
+    which = p.WhichOneof("parameter_choice")
+    if which in ("int64_param", "uint64_param"):
+        return int(getattr(p, which))
+    if which == "string_param" and p.string_param.lstrip("-").isdigit():
+        return int(p.string_param)
+    return None
 
 
 def _add_durations(dst, src) -> None:

@@ -23,7 +23,7 @@ from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
 from hostd.control import ControlServicer, HostCounters, host_status
 from hostd.execution import ExecutionGate
-from hostd.tenants import TenantLimitsView, load_limits_file
+from hostd import tenants as tenant_limits
 from hostd.heartbeat import Heartbeat, HeartbeatSettings
 from hostd.interceptors import ErrorInterceptor
 from hostd.loader import Loader
@@ -64,11 +64,16 @@ class Hostd:
         ram_budget = parse_bytes(settings.ram_cache_bytes, psutil.virtual_memory().total)
         self.ram = RamTier(ram_budget) if ram_budget > 0 else None
         self.disk = DiskTier(settings.cache_dir, parse_bytes(settings.disk_cache_bytes))
-        self.tenants = TenantLimitsView(load_limits_file(settings.tenant_limits) if settings.tenant_limits else None)
+        self.tenants = tenant_limits.TenantLimitsView(
+            tenant_limits.load_limits_file(settings.tenant_limits) if settings.tenant_limits else None)
         self.cache = DeviceCache(
             self.budget, settings.high_watermark, settings.low_watermark, settings.eviction_policy,
             {**self.tenants.shares(self.budget), **parse_shares(settings.tenant_shares, self.budget)},
         )
+        # tenant limits re-read from the registry (Redis mode) or the tenants file (embedded mode)
+        self.tenant_source = (tenant_limits.RedisLimits(heartbeat.redis_url, settings.tenants_prefix)
+                              if heartbeat is not None and heartbeat.redis_url
+                              else tenant_limits.FileLimits(settings.tenant_limits) if settings.tenant_limits else None)
         slots = settings.execution_slots or (4 if self.device.kind == "cuda" else max(1, os.cpu_count() or 1))
         self.gate = ExecutionGate(
             slots, self.tenants.weight,
@@ -99,6 +104,10 @@ class Hostd:
                                 self.manager.device_hits, self.manager.device_misses)
         return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
                            self.draining, self.device.name, counters, self.gate)
+
+    def apply_limits(self, limits) -> None:
+        self.tenants.replace(limits)
+        self.cache.shares = {**self.tenants.shares(self.budget), **parse_shares(self.settings.tenant_shares, self.budget)}
 
     async def _pressure_loop(self, interval_s: float = 1.0) -> None:
         """Device gauges, and watermark eviction from the probe's reading (NVML sees everything on the GPU,
@@ -144,6 +153,13 @@ class Hostd:
             start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
         await self.server.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._pressure_loop()))
+        if self.tenant_source is not None:
+            try:
+                await tenant_limits.refresh_once(self.tenant_source, self.apply_limits)
+            except Exception as e:  # noqa: BLE001 - the loop keeps trying
+                log.warning("initial tenant limits read failed: %s", e)
+            self._tasks.append(asyncio.get_running_loop().create_task(
+                tenant_limits.refresh_loop(self.tenant_source, self.apply_limits, s.tenants_refresh_s)))
         if s.preload:
             await self.manager.preload_all()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -174,6 +190,8 @@ class Hostd:
         await self.server.stop(0.5)
         for t in self._tasks:
             t.cancel()
+        if isinstance(self.tenant_source, tenant_limits.RedisLimits):
+            await self.tenant_source.close()
         await self.manager.close()
         self.exec_pool.shutdown(wait=False, cancel_futures=True)
         self.load_pool.shutdown(wait=False, cancel_futures=True)

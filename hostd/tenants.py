@@ -1,15 +1,27 @@
 """What hostd knows of tenants: their limits (weight for fair execution, instances per model, default
-priority, device shares). Loaded from a JSON file in embedded mode, refreshed from the tenant registry in
-Redis in cluster mode; unknown tenants get the default (weight 1, the model's own instance count)."""
+priority, device shares). Unknown tenants get the default (weight 1, the model's own instance count).
+
+Sources, re-read every few seconds by the composition root (hostd/server.py):
+- RedisLimits (cluster mode, `--redis`): the tenant registry the routers use, HASH `<prefix>by-name`
+  (tenant -> JSON record with "limits", see router/tenants.py).
+- FileLimits (embedded mode, `--tenant-limits FILE`): either the routers' tenants file
+  ({"tenants": {name: {..., "limits": {...}}}}, so one file configures both) or a plain
+  {tenant: {"tier": ..., overrides}} file. Re-read when its modification time changes.
+A record without limits reads as tier "unlimited"."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from hostd.cache.policy import Share
-from mmhost.tenancy import DEFAULT, TenantLimits, limits_for
+from mmhost.tenancy import DEFAULT, TenantLimits, limits_for, spec_limits
 from mmhost.units import parse_bytes
+
+log = logging.getLogger(__name__)
 
 
 def parse_limits(raw: dict) -> dict[str, TenantLimits]:
@@ -21,8 +33,56 @@ def parse_limits(raw: dict) -> dict[str, TenantLimits]:
     return out
 
 
+def parse_records(records: dict) -> dict[str, TenantLimits]:
+    """The tenant registry's records {tenant: {"key_sha256": ..., "limits": {...}}} -> limits per tenant."""
+    return {tenant: spec_limits(rec.get("limits")) for tenant, rec in records.items()}
+
+
+def parse_any(raw: dict) -> dict[str, TenantLimits]:
+    tenants = raw.get("tenants")
+    if isinstance(tenants, dict) and all(isinstance(r, dict) and "key_sha256" in r for r in tenants.values()):
+        return parse_records(tenants)  # the routers' tenants file
+    return parse_limits(raw)
+
+
 def load_limits_file(path: str | Path) -> dict[str, TenantLimits]:
-    return parse_limits(json.loads(Path(path).read_text()))
+    return parse_any(json.loads(Path(path).read_text()))
+
+
+class FileLimits:
+    """Embedded mode: the tenants file; read() is None while the file is unchanged."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._seen: int | None = None
+
+    async def read(self) -> dict[str, TenantLimits] | None:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            mtime = 0
+        if mtime == self._seen:
+            return None
+        limits = load_limits_file(self.path) if mtime else {}
+        self._seen = mtime
+        return limits
+
+
+class RedisLimits:
+    """Cluster mode: the tenant registry in Redis (the HASH routers and `mmhost tenant` write)."""
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        import redis.asyncio as aredis
+
+        self._r = aredis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2, decode_responses=True)
+        self.key = f"{prefix}by-name"
+
+    async def read(self) -> dict[str, TenantLimits]:
+        raw = await self._r.hgetall(self.key)
+        return parse_records({t: json.loads(v) for t, v in raw.items()})
+
+    async def close(self) -> None:
+        await self._r.aclose()
 
 
 class TenantLimitsView:
@@ -38,6 +98,9 @@ class TenantLimitsView:
     def replace(self, limits: dict[str, TenantLimits]) -> None:
         self._limits = dict(limits)
 
+    def tenants(self) -> dict[str, TenantLimits]:
+        return dict(self._limits)
+
     def shares(self, budget: int) -> dict[str, Share]:
         out = {}
         for tenant, lim in self._limits.items():
@@ -46,3 +109,25 @@ class TenantLimitsView:
             if g or mx is not None:
                 out[tenant] = Share(guaranteed=g, maximum=mx)
         return out
+
+
+async def refresh_once(source, apply: Callable[[dict[str, TenantLimits]], None]) -> None:
+    limits = await source.read()
+    if limits is not None:
+        apply(limits)
+
+
+async def refresh_loop(source, apply: Callable[[dict[str, TenantLimits]], None], interval_s: float) -> None:
+    """Re-read the limits every `interval_s`; a failed read keeps the last limits and is logged once."""
+    failing = False
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await refresh_once(source, apply)
+            if failing:
+                log.info("tenant limits refresh resumed")
+            failing = False
+        except Exception as e:  # noqa: BLE001 - keep the last limits; say so once
+            if not failing:
+                log.warning("refreshing tenant limits failed (keeping the last ones): %s", e)
+            failing = True

@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         ram_cache: str = typer.Option(None, help="host RAM tier for model bytes (e.g. 2GiB; 0 = off)"),
         disk_cache: str = typer.Option(None, help="local disk tier bound (e.g. 20GiB)"),
         tenant_shares: str = typer.Option(None, help='JSON {"tenant": {"guaranteed": "25%", "maximum": "60%"}}'),
+        tenant_limits: str = typer.Option(None, help="embedded mode: tenant limits file, e.g. the routers' tenants "
+                                          "file (re-read when it changes) [MMHOST_HOSTD_TENANT_LIMITS]"),
         redis: str = typer.Option(None, "--redis", help="heartbeat to this Redis (routers discover the host) [MMHOST_REDIS_URL]"),
         advertise: str = typer.Option(None, help="address routers call, when it differs from --listen"),
         log_level: str = typer.Option("INFO", help="logging level"),
@@ -41,7 +43,7 @@ def register(app: typer.Typer) -> None:
             "preload": preload, "device": device, "cache_dir": cache_dir, "ort_intra_op_threads": ort_threads,
             "device_memory": device_memory, "high_watermark": high_watermark, "low_watermark": low_watermark,
             "eviction_policy": eviction_policy, "ram_cache_bytes": ram_cache, "disk_cache_bytes": disk_cache,
-            "tenant_shares": tenant_shares,
+            "tenant_shares": tenant_shares, "tenant_limits": tenant_limits,
         }
         settings = HostdSettings(**{k: v for k, v in overrides.items() if v is not None})
         hb = HeartbeatSettings(**{k: v for k, v in {"redis_url": redis, "advertise": advertise}.items() if v is not None})

@@ -70,8 +70,13 @@ class HostdSettings(BaseSettings):
     failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
     execution_slots: int = Field(0, ge=0, description="batches running on the device at once; 0 = auto (CPU cores, or 4 on a GPU)")
     tenant_limits: str = Field(
-        "", description="tenant limits for embedded mode: a JSON file {tenant: {tier, weight, instances, ...}}"
+        "", description="embedded mode: tenant limits from a file, re-read when it changes: the routers' tenants "
+        "file (mmhost tenant --tenants FILE) or {tenant: {tier, weight, instances, ...}}",
     )
+    tenants_prefix: str = Field(
+        "mmhost:tenants:", description="Redis mode: key prefix of the tenant registry (as the routers' tenants_prefix)"
+    )
+    tenants_refresh_s: float = Field(2.0, gt=0, description="how often tenant limits are re-read (Redis or file)")
 
 
 class Settings(BaseSettings):

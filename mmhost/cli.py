@@ -16,7 +16,8 @@ def setup_logging(level: str = "INFO") -> None:
 def _register() -> None:
     import importlib
 
-    for mod in ("mmhost.cli_hostd", "mmhost.cli_demo", "mmhost.cli_store", "mmhost.cli_sim", "mmhost.cli_router"):
+    for mod in ("mmhost.cli_hostd", "mmhost.cli_demo", "mmhost.cli_store", "mmhost.cli_sim", "mmhost.cli_router",
+                "mmhost.cli_top"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

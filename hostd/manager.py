@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
 from hostd.cache.device import DeviceCache
-from hostd.cache.tiers import RamTier
 from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
 from hostd.execution import ExecutionGate
 from hostd.loader import Loader, LoadResult

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import logging
-import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import DeviceSpec
 from hostd.servicer import InferenceServicer
+from mmhost.serving import run_until_signal
 from mmhost.settings import HostdSettings, S3Settings
 from mmhost.units import parse_bytes
 from protos import grpc_service_pb2, grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
@@ -198,13 +198,7 @@ class Hostd:
         log.info("hostd stopped")
 
     async def run_forever(self) -> None:
-        await self.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await self.drain_and_stop()
+        await run_until_signal(self.start, self.drain_and_stop)
 
 
 def parse_shares(text: str, budget: int) -> dict[str, Share]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 
 from grpc import aio
@@ -15,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from hostd.interceptors import ErrorInterceptor
+from mmhost.serving import run_until_signal
 from mmhost.settings import S3Settings
 from protos import grpc_service_pb2
 from router.accesslog import AccessLog
@@ -169,13 +169,7 @@ class Router:
         log.info("router stopped")
 
     async def run_forever(self) -> None:
-        await self.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await self.stop()
+        await run_until_signal(self.start, self.stop)
 
 
 def serve(settings: RouterSettings, s3: S3Settings | None = None) -> None:

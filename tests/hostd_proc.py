@@ -6,14 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
-from tests.servers import free_port
+from tests.servers import free_port, wait_grpc_serving
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,19 +41,7 @@ class HostdProc:
         self.wait_serving()
 
     def wait_serving(self, timeout: float = 60.0) -> None:
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"hostd exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                r = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"hostd not serving after {timeout}s:\n{self.log()}")
+        wait_grpc_serving(self.channel, self.proc, "hostd", self.log, timeout)
 
     def status(self) -> hostd_control_pb2.HostStatus:
         return self.control.Status(hostd_control_pb2.StatusRequest(), timeout=5)

@@ -67,3 +67,22 @@ class MotoServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+def wait_grpc_serving(channel, proc: subprocess.Popen, what: str, log, timeout: float = 60.0) -> None:
+    """Poll grpc.health.v1 on `channel` until SERVING; fail fast (with the log) if the process exits."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log()}")
+        try:
+            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not serving after {timeout}s:\n{log()}")

@@ -54,7 +54,6 @@ def prepare_runtime(fmt: ModelFormat, device: DeviceSpec) -> None:
     if (kind, device.name) in _primed:
         return
     if kind == "onnx":
-        import onnx
         from onnx import TensorProto, helper
 
         from hostd.runtimes.onnx import _session
@@ -68,7 +67,7 @@ def prepare_runtime(fmt: ModelFormat, device: DeviceSpec) -> None:
         m.ir_version = 8
         sess = _session(m.SerializeToString(), device)
         sess.run(None, {"x": np.zeros((1, 4), np.float32)})
-        del sess, onnx
+        del sess
     else:
         import torch
 

@@ -4,7 +4,6 @@ each alert has a runbook; the PrometheusRule in the monitoring component carries
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 

@@ -6,15 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import grpc_service_pb2_grpc
 from tests.hostd_proc import REPO
-from tests.servers import free_port
+from tests.servers import free_port, wait_grpc_serving
 
 
 class RouterProc:
@@ -35,18 +33,7 @@ class RouterProc:
         self.wait_serving()
 
     def wait_serving(self, timeout: float = 30.0) -> None:
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"router not serving after {timeout}s:\n{self.log()}")
+        wait_grpc_serving(self.channel, self.proc, "router", self.log, timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]

@@ -6,7 +6,6 @@ import hashlib
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import grpc
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
 from bench._common import ROOT, free_port, start_hostd, stop, wait_serving
 from bench._tenants import Outcomes, open_loop, steady
 from protos import grpc_service_pb2_grpc

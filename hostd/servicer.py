@@ -20,6 +20,7 @@ from hostd.model_state import ModelState
 from hostd.tensors import decode_request, encode_response
 from mmhost import __version__
 from mmhost.manifest import ModelManifest
+from mmhost.params import param_int
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import model_config_pb2 as mc
@@ -36,15 +37,10 @@ def tenant_of(context: aio.ServicerContext, default: str) -> str:
 
 
 def _param_int(params, name: str) -> int | None:
-    p = params.get(name)
-    if p is None:
-        return None
-    which = p.WhichOneof("parameter_choice")
-    if which in ("int64_param", "uint64_param"):
-        return int(getattr(p, which))
-    if which == "string_param" and p.string_param.lstrip("-").isdigit():
-        return int(p.string_param)
-    raise InvalidArgument(f"parameter {name!r} must be an integer")
+    try:
+        return param_int(params, name)
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
 
 
 def model_config(m: ModelManifest) -> mc.ModelConfig:

@@ -10,6 +10,15 @@ import typer
 REDIS_HELP = "Redis mode: the tenant registry in Redis [MMHOST_REDIS_URL]"
 FILE_HELP = "embedded mode: the tenants file (holds key hashes only)"
 TIER_HELP = "tier: free, standard, premium or unlimited (its defaults apply to every limit not set)"
+# The per-tenant limit options, shared by `tenant create` and `tenant set-limits`.
+RATE = typer.Option(None, help="requests/s admitted by each router (0 = unlimited)")
+BURST = typer.Option(None, help="token bucket size (0 = max(1, rate))")
+MAX_CONCURRENCY = typer.Option(None, help="requests in flight per router (0 = unlimited)")
+WEIGHT = typer.Option(None, help="share of device execution time relative to other tenants")
+INSTANCES = typer.Option(None, help="executors per model on each host (0 = the model's own)")
+DEFAULT_PRIORITY = typer.Option(None, help="priority level for requests that name none (0 = model default)")
+DEVICE_GUARANTEED = typer.Option(None, help="device memory no other tenant's load can take (bytes or fraction)")
+DEVICE_MAXIMUM = typer.Option(None, help="device memory this tenant may hold at most")
 
 
 def _limit_options(rate, burst, max_concurrency, weight, instances, default_priority, device_guaranteed,
@@ -84,14 +93,9 @@ def register(app: typer.Typer) -> None:
     def create(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
                tenants: Path = typer.Option(None, help=FILE_HELP),
                tier: str = typer.Option(None, help=TIER_HELP),
-               rate: float = typer.Option(None, help="requests/s admitted by each router (0 = unlimited)"),
-               burst: int = typer.Option(None, help="token bucket size (0 = max(1, rate))"),
-               max_concurrency: int = typer.Option(None, help="requests in flight per router (0 = unlimited)"),
-               weight: float = typer.Option(None, help="share of device execution time relative to other tenants"),
-               instances: int = typer.Option(None, help="executors per model on each host (0 = the model's own)"),
-               default_priority: int = typer.Option(None, help="priority level for requests that name none (0 = model default)"),
-               device_guaranteed: str = typer.Option(None, help="device memory no other tenant's load can take (bytes or fraction)"),
-               device_maximum: str = typer.Option(None, help="device memory this tenant may hold at most"),
+               rate: float = RATE, burst: int = BURST, max_concurrency: int = MAX_CONCURRENCY, weight: float = WEIGHT,
+               instances: int = INSTANCES, default_priority: int = DEFAULT_PRIORITY,
+               device_guaranteed: str = DEVICE_GUARANTEED, device_maximum: str = DEVICE_MAXIMUM,
                ) -> None:
         """Create a tenant and print its API key (shown once, never stored). Without --tier or limits the
         tenant is "unlimited" (no quotas)."""
@@ -112,14 +116,9 @@ def register(app: typer.Typer) -> None:
     def set_limits(name: str, redis: str = typer.Option(None, "--redis", help=REDIS_HELP),
                    tenants: Path = typer.Option(None, help=FILE_HELP),
                    tier: str = typer.Option(None, help=TIER_HELP),
-                   rate: float = typer.Option(None, help="requests/s admitted by each router (0 = unlimited)"),
-                   burst: int = typer.Option(None, help="token bucket size (0 = max(1, rate))"),
-                   max_concurrency: int = typer.Option(None, help="requests in flight per router (0 = unlimited)"),
-                   weight: float = typer.Option(None, help="share of device execution time relative to other tenants"),
-                   instances: int = typer.Option(None, help="executors per model on each host (0 = the model's own)"),
-                   default_priority: int = typer.Option(None, help="priority level for requests that name none (0 = model default)"),
-                   device_guaranteed: str = typer.Option(None, help="device memory no other tenant's load can take (bytes or fraction)"),
-                   device_maximum: str = typer.Option(None, help="device memory this tenant may hold at most"),
+                   rate: float = RATE, burst: int = BURST, max_concurrency: int = MAX_CONCURRENCY, weight: float = WEIGHT,
+                   instances: int = INSTANCES, default_priority: int = DEFAULT_PRIORITY,
+                   device_guaranteed: str = DEVICE_GUARANTEED, device_maximum: str = DEVICE_MAXIMUM,
                    reset: bool = typer.Option(False, "--reset", help="drop earlier per-tenant overrides first"),
                    ) -> None:
         """Change a tenant's tier and limits; options not given keep their value. Routers and hostds pick

@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from grpc import aio
 
 from hostd.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, ServingError, Unavailable
+from mmhost.params import param_int
 from mmhost import __version__
 from protos import grpc_service_pb2 as pb
 from protos.router_header_pb2 import InferHeader
@@ -338,15 +339,11 @@ class RouterServicer:
 
 
 def _param_int(params, name: str) -> int | None:
-    p = params.get(name)
-    if p is None:
+    """Malformed parameters are left for the hostd to refuse with INVALID_ARGUMENT."""
+    try:
+        return param_int(params, name)
+    except ValueError:
         return None
-    which = p.WhichOneof("parameter_choice")
-    if which in ("int64_param", "uint64_param"):
-        return int(getattr(p, which))
-    if which == "string_param" and p.string_param.lstrip("-").isdigit():
-        return int(p.string_param)
-    return None
 
 
 def _add_durations(dst, src) -> None:

@@ -100,7 +100,7 @@ class Loader:
             tmp = dest.with_name(f".part-{dest.name}-{os.getpid()}-{threading.get_ident()}")
             t0 = time.perf_counter()
             try:
-                self.storage.download(ModelRepository.file_key(m, f.path), tmp)
+                self.storage.download(ModelRepository.file_key(m, f.path), tmp, size_hint=f.size)
             except ObjectNotFound as e:
                 tmp.unlink(missing_ok=True)
                 raise LoadFailed(f"{_name(m)}: file {f.path!r} is missing from storage: {e}", reason="missing_file") from e
@@ -131,24 +131,29 @@ class Loader:
         return d
 
     def _source(self, m: ModelManifest, timings: dict[str, float]) -> tuple[Path | bytes, str]:
-        """The model file's bytes (single-file models, through the RAM tier) or its path on disk."""
+        """The model file's bytes from the RAM tier (single-file models), else its verified path on disk."""
         key = m.key()
-        single = len(m.files) == 1
-        if self.ram is not None and single:
+        if self.ram is not None and len(m.files) == 1:
             blobs = self.ram.get(key)
             if blobs is not None:
                 return blobs[m.model_file], "ram"
         self.disk.hold(key)
         try:
             tier = "disk" if self.disk.lookup(key) and self._on_disk(m) else "storage"
-            d = self.fetch(m, timings)
-            if self.ram is not None and single:
-                t0 = time.perf_counter()
-                data = (d / m.model_file).read_bytes()
-                timings["read"] = time.perf_counter() - t0
-                self.ram.put(key, {m.model_file: data})
-                return data, tier
-            return d / m.model_file, tier
+            return self.fetch(m, timings) / m.model_file, tier
+        finally:
+            self.disk.release(key)
+
+    def remember(self, m: ModelManifest) -> None:
+        """Copy a loaded model's verified file into the RAM tier, so that the next reload is a memory copy.
+        Called after the load, off the request's critical path."""
+        key = m.key()
+        if self.ram is None or len(m.files) != 1 or key in self.ram:
+            return
+        self.disk.hold(key)
+        try:
+            if self._on_disk(m):
+                self.ram.put(key, {m.model_file: (self.disk.path(key) / m.model_file).read_bytes()})
         finally:
             self.disk.release(key)
 

@@ -136,8 +136,7 @@ class ModelManager:
         return item
 
     def _read_catalog(self, tenant: str, model: str) -> tuple[list[str], VersionPolicy]:
-        versions = self.repo.versions(tenant, model)
-        return versions, (self.repo.policy(tenant, model) if versions else VersionPolicy())
+        return self.repo.versions_and_policy(tenant, model)
 
     async def resolve(self, tenant: str, model: str, version: str | None) -> ModelEntry:
         """The entry for the version a request gets. Unknown tenant, model or version: NotFound (the same
@@ -270,6 +269,9 @@ class ModelManager:
         finally:
             e.load_task = None
         self._loaded(e, res)
+        if res.source_tier != "ram" and self.loader.ram is not None:
+            fill = asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.remember, m)
+            fill.add_done_callback(lambda f: f.cancelled() or f.exception() and log.warning("RAM tier fill: %s", f.exception()))
         if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
             await self.enforce_watermark()
 

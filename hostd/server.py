@@ -29,8 +29,9 @@ from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
-from hostd.runtimes.base import DeviceSpec
+from hostd.runtimes.base import DeviceSpec, prepare_runtime
 from hostd.servicer import InferenceServicer
+from mmhost.manifest import ModelFormat
 from mmhost.serving import run_until_signal
 from mmhost.settings import HostdSettings, S3Settings
 from mmhost.units import parse_bytes
@@ -129,6 +130,11 @@ class Hostd:
 
     async def start(self) -> None:
         s = self.settings
+        # ONNX Runtime's one-time start-up (thread pools, arenas) now, not inside the first cold load.
+        # torch is primed on its first model only: hostd stays small until a torch model is asked for.
+        await asyncio.get_running_loop().run_in_executor(
+            self.load_pool, prepare_runtime, ModelFormat.ONNX, self.device
+        )
         limit = s.max_request_bytes + (1 << 20)
         self.server = aio.server(
             interceptors=[ErrorInterceptor()],

@@ -52,8 +52,9 @@ class Storage(abc.ABC):
         """A small object (manifest, policy) into memory."""
 
     @abc.abstractmethod
-    def download(self, key: str, dest: Path, progress: ProgressFn | None = None) -> None:
-        """One object to a local file; large objects in parallel ranged parts where the backend can."""
+    def download(self, key: str, dest: Path, progress: ProgressFn | None = None, size_hint: int | None = None) -> None:
+        """One object to a local file; large objects in parallel ranged parts where the backend can.
+        `size_hint` (the size the caller expects, e.g. from a manifest) lets a backend skip asking for it."""
 
     @abc.abstractmethod
     def put_bytes(self, key: str, data: bytes) -> None:

@@ -59,7 +59,7 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"{self.description}: cannot read {key!r}: {e}") from e
 
-    def download(self, key: str, dest: Path, progress: ProgressFn | None = None) -> None:
+    def download(self, key: str, dest: Path, progress: ProgressFn | None = None, size_hint: int | None = None) -> None:
         src = self._path(key)
         if not src.is_file():
             raise ObjectNotFound(f"{self.description}: no object {key!r}")

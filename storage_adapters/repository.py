@@ -48,13 +48,22 @@ class ModelRepository:
 
     def versions(self, tenant: str, model: str) -> list[str]:
         """Complete versions (manifest present), oldest first."""
+        return self.versions_and_policy(tenant, model)[0]
+
+    def versions_and_policy(self, tenant: str, model: str) -> tuple[list[str], VersionPolicy]:
+        """One listing of the model's prefix gives its complete versions and whether it has a policy file,
+        so a model without one costs a single request, not one per version plus a failed read."""
         prefix = model_prefix(tenant, model)
         out = []
-        for obj in self.storage.list(prefix):  # one listing, not one request per version
+        has_policy = False
+        for obj in self.storage.list(prefix):
             rest = obj.key[len(prefix):].split("/")
             if len(rest) == 2 and rest[1] == MANIFEST_NAME:
                 out.append(rest[0])
-        return sorted(out, key=version_sort_key)
+            elif rest == [POLICY_NAME]:
+                has_policy = True
+        versions = sorted(out, key=version_sort_key)
+        return versions, (self.policy(tenant, model) if has_policy and versions else VersionPolicy())
 
     def manifest(self, tenant: str, model: str, version: str) -> ModelManifest:
         key = version_prefix(tenant, model, version) + MANIFEST_NAME
@@ -81,11 +90,11 @@ class ModelRepository:
         self.storage.put_bytes(model_prefix(tenant, model) + POLICY_NAME, policy.model_dump_json().encode())
 
     def resolve(self, tenant: str, model: str, version: str | None = None, u: float | None = None) -> ModelManifest:
-        versions = self.versions(tenant, model)
+        versions, policy = self.versions_and_policy(tenant, model)
         if not versions:
             raise ModelNotFound(f"model {model!r} not found")
         try:
-            v = resolve_version(versions, self.policy(tenant, model), version, random.random() if u is None else u)
+            v = resolve_version(versions, policy, version, random.random() if u is None else u)
         except VersionNotFound as e:
             raise ModelNotFound(f"model {model!r}: {e}") from None
         return self.manifest(tenant, model, v)

@@ -125,6 +125,23 @@ def test_large_object_multipart_upload_and_parallel_ranged_download(s3_store, s3
     assert [p.name for p in dest.parent.iterdir()] == ["big.bin"]  # no temporary files left behind
 
 
+def test_known_small_object_comes_down_in_one_get(s3_store, s3_settings, tmp_path):
+    data = os.urandom(s3_settings.multipart_threshold - 1)
+    src = tmp_path / "small.bin"
+    src.write_bytes(data)
+    s3_store.upload_file(src, "small/model.bin")
+    gets = _record_calls(s3_store, "GetObject")
+    heads = _record_calls(s3_store, "HeadObject")
+    got: list[int] = []
+    dest = tmp_path / "dl" / "small.bin"
+    s3_store.download("small/model.bin", dest, progress=got.append, size_hint=len(data))
+    assert len(gets) == 1 and "Range" not in gets[0][1] and not heads
+    assert dest.read_bytes() == data and sum(got) == len(data)
+    with pytest.raises(ObjectNotFound):
+        s3_store.download("small/missing.bin", tmp_path / "dl" / "missing", size_hint=10)
+    assert not (tmp_path / "dl" / "missing").exists()
+
+
 def test_concurrent_use_from_threads(s3_store, tmp_path):
     errors: list[BaseException] = []
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
+from hostd.catalog_view import CatalogView
 from hostd.cache.device import DeviceCache
 from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
 from hostd.execution import ExecutionGate
@@ -27,10 +28,9 @@ from hostd.model_state import ModelState, check_transition, failed_backoff
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
 from hostd.tenants import TenantLimitsView
-from mmhost.manifest import ModelManifest, VersionPolicy
+from mmhost.manifest import ModelManifest
 from mmhost.settings import HostdSettings
 from mmhost.versions import VersionNotFound, resolve_version
-from storage_adapters.base import StorageError
 from storage_adapters.repository import ModelNotFound, ModelRepository
 
 log = logging.getLogger(__name__)
@@ -76,13 +76,6 @@ def _close(loaded: LoadedModel) -> None:
     release_free_memory()
 
 
-@dataclass
-class _CatalogItem:
-    expires: float
-    versions: list[str]
-    policy: VersionPolicy
-
-
 class ModelManager:
     def __init__(
         self,
@@ -110,38 +103,17 @@ class ModelManager:
         self.gate = gate
         self.tenants = tenants or TenantLimitsView()
         self._clock = clock
-        self._ttl = catalog_ttl_s
+        self.catalog = CatalogView(repo, catalog_ttl_s, clock)
         self._rng = rng or random.Random()
-        self._catalog: dict[tuple[str, str], _CatalogItem] = {}
         self.entries: dict[Key, ModelEntry] = {}
         self.device_hits = 0
         self.device_misses = 0
 
     # ---- catalog -----------------------------------------------------------------------------------
-    async def _catalog_item(self, tenant: str, model: str) -> _CatalogItem:
-        now = self._clock()
-        item = self._catalog.get((tenant, model))
-        if item is not None and item.expires > now:
-            return item
-        try:
-            versions, policy = await asyncio.to_thread(self._read_catalog, tenant, model)
-        except StorageError as e:
-            if item is not None:  # storage down: keep serving what we know
-                log.warning("catalog refresh for %s/%s failed, using the last known versions: %s", tenant, model, e)
-                item.expires = now + self._ttl
-                return item
-            raise Unavailable(f"model {model!r}: storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
-        item = _CatalogItem(now + self._ttl, versions, policy)
-        self._catalog[(tenant, model)] = item
-        return item
-
-    def _read_catalog(self, tenant: str, model: str) -> tuple[list[str], VersionPolicy]:
-        return self.repo.versions_and_policy(tenant, model)
-
     async def resolve(self, tenant: str, model: str, version: str | None) -> ModelEntry:
         """The entry for the version a request gets. Unknown tenant, model or version: NotFound (the same
         message either way, so another tenant's model is indistinguishable from a missing one)."""
-        item = await self._catalog_item(tenant, model)
+        item = await self.catalog.item(tenant, model)
         if not item.versions:
             raise NotFound(f"model {model!r} not found")
         try:
@@ -152,16 +124,14 @@ class ModelManager:
         e = self.entries.get(key)
         if e is None:
             try:
-                m = await asyncio.to_thread(self.repo.manifest, tenant, model, v)
+                m = await self.catalog.manifest(tenant, model, v)
             except ModelNotFound:
                 raise NotFound(f"model {model!r} version {v!r} not found") from None
-            except StorageError as err:
-                raise Unavailable(f"model {model!r}: storage unavailable: {err}", reason="storage_down", retry_after_ms=1000) from err
             e = self.entries.setdefault(key, ModelEntry(m.resolved(self.settings.default_max_batch_size)))
         return e
 
     async def versions(self, tenant: str, model: str) -> list[str]:
-        return list((await self._catalog_item(tenant, model)).versions)
+        return list((await self.catalog.item(tenant, model)).versions)
 
     # ---- loading -----------------------------------------------------------------------------------
     async def ready_runner(self, e: ModelEntry, deadline: float = float("inf")) -> ModelRunner:
@@ -400,7 +370,7 @@ class ModelManager:
     async def unload_model(self, tenant: str, model: str) -> int:
         """Unload every resident version of a model; returns how many were unloaded."""
         targets = [e for (t, mname, _), e in self.entries.items() if t == tenant and mname == model]
-        if not targets and not (await self._catalog_item(tenant, model)).versions:
+        if not targets and not (await self.catalog.item(tenant, model)).versions:
             raise NotFound(f"model {model!r} not found")
         n = 0
         for e in targets:
@@ -422,13 +392,7 @@ class ModelManager:
                 log.error("preload of %s/%s v%s failed: %s", m.tenant, m.model, m.version, err.message)
 
     async def catalog_models(self, tenant: str) -> list[tuple[str, list[str]]]:
-        def read() -> list[tuple[str, list[str]]]:
-            return [(mname, self.repo.versions(tenant, mname)) for mname in self.repo.models(tenant)]
-
-        try:
-            return await asyncio.to_thread(read)
-        except StorageError as e:
-            raise Unavailable(f"storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
+        return await self.catalog.models(tenant)
 
     async def wait_idle(self, timeout_s: float) -> bool:
         runners = [e.runner for e in self.entries.values() if e.runner is not None]

@@ -1,16 +1,20 @@
 """The catalog as the router's front door sees it: does this tenant have this model (and version)?
 Lookups go to the catalog (Redis index or storage) in a worker thread and are reused for a short TTL, so
-steady traffic costs no catalog round trip; concurrent misses for one model share one lookup."""
+steady traffic costs no catalog round trip; concurrent misses for one model share one lookup. When the
+catalog cannot be reached, models it knew keep being routed; unknown ones get UNAVAILABLE."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from hostd.errors import NotFound, Unavailable
 from mmhost.catalog import Catalog, CatalogUnavailable
 from storage_adapters.base import StorageError
 from storage_adapters.repository import ModelNotFound
+
+log = logging.getLogger(__name__)
 
 
 def not_found(model: str, version: str = "") -> NotFound:
@@ -58,6 +62,11 @@ class ModelDirectory:
         except ModelNotFound:
             vs = frozenset()
         except (CatalogUnavailable, StorageError) as e:
+            stale = self._cache.get((tenant, model))
+            if stale is not None and stale[1]:  # Redis or storage down: keep routing what we knew
+                log.warning("catalog lookup of %s/%s failed, using what was known: %s", tenant, model, e)
+                self._cache[(tenant, model)] = (time.monotonic() + self.ttl_s, stale[1])
+                return stale[1]
             raise Unavailable(f"catalog unavailable: {e}", retry_after_ms=1000, reason="catalog") from e
         if len(self._cache) > 100_000:
             self._cache.clear()

@@ -157,6 +157,9 @@ class Hostd:
             raise SystemExit(f"cannot listen on {s.listen}")
         if s.metrics_port:
             start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
+        # Not ready until preloading (if any) is done: the health servicer answers SERVING for "" by default.
+        await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._pressure_loop()))
         if self.tenant_source is not None:
@@ -168,6 +171,7 @@ class Hostd:
                 tenant_limits.refresh_loop(self.tenant_source, self.apply_limits, s.tenants_refresh_s)))
         if s.preload:
             await self.manager.preload_all()
+        self.servicer.started = True
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat is not None:  # routers find this host only once it serves

@@ -88,6 +88,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.metrics = metrics
         self.default_tenant = default_tenant
         self.draining = False
+        self.started = False  # set once preloading (if any) is done
         self.inflight = 0
         self.requests_by_tenant: dict[str, int] = {}
         self.shed_by_tenant: dict[str, int] = {}
@@ -95,7 +96,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._quiet.set()
 
     def _is_ready(self) -> bool:
-        return not self.draining
+        return self.started and not self.draining
 
     async def wait_quiet(self, timeout_s: float) -> bool:
         """Wait until no inference request is in flight; False if the timeout passed first."""

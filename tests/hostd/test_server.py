@@ -285,3 +285,16 @@ def test_health_and_reflection(hostd):
     resp = next(iter(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))))
     names = {s.name for s in resp.list_services_response.service}
     assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= names
+
+
+def test_preloading_hostd_is_ready_only_when_every_model_is_loaded(demo_store, tmp_path):
+    from tests.hostd_proc import HostdProc
+
+    h = HostdProc(str(demo_store), tmp_path, args=["--preload"])  # returns once health says SERVING
+    try:
+        states = {m.model: m.state for m in h.status().models}
+        assert states and set(states.values()) == {"READY"}, states
+        assert {"mlp", "typed", "scripted", "exported", "mlp_big"} <= set(states)
+        assert h.stub.ServerReady(pb.ServerReadyRequest()).ready
+    finally:
+        h.stop()

@@ -47,7 +47,8 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
     kind = settings.device
     if kind == "auto":
         kind = "cuda" if cuda_available() else "cpu"
-    return DeviceSpec(kind=kind, ort_intra_op_threads=settings.ort_intra_op_threads, torch_threads=settings.torch_threads)
+    return DeviceSpec(kind=kind, ort_intra_op_threads=settings.ort_intra_op_threads, ort_spinning=settings.ort_spinning,
+                      torch_threads=settings.torch_threads)
 
 
 class Hostd:

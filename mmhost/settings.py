@@ -45,6 +45,9 @@ class HostdSettings(BaseSettings):
     preload: bool = Field(False, description="load every stored model at start instead of on first request")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present")
     ort_intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = runtime default")
+    ort_spinning: bool = Field(
+        False, description="let ONNX Runtime's intra-op threads spin between runs (lower latency on an idle, dedicated machine)"
+    )
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
     default_max_batch_size: int = Field(
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"

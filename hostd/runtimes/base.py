@@ -23,6 +23,7 @@ class DeviceSpec:
     kind: str = "cpu"  # "cpu" or "cuda"
     index: int = 0
     ort_intra_op_threads: int = 0
+    ort_spinning: bool = False
     torch_threads: int = 0
 
     @property

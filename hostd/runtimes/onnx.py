@@ -47,6 +47,8 @@ def _session(source: Path | bytes, device: DeviceSpec):
         so.intra_op_num_threads = device.ort_intra_op_threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # Spinning intra-op threads burn cores that the event loop and other models need between runs.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if device.ort_spinning else "0")
     try:
         return ort.InferenceSession(source if isinstance(source, bytes) else str(source), so, providers=_providers(device))
     except RuntimeLoadError:

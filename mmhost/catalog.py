@@ -27,13 +27,11 @@ Redis keys, under a configurable prefix P (names are restricted to [A-Za-z0-9_.-
 from __future__ import annotations
 
 import abc
-import random
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from mmhost.manifest import ModelManifest, VersionPolicy, version_sort_key
-from mmhost.versions import VersionNotFound, resolve_version
-from storage_adapters.repository import ModelNotFound, ModelRepository
+from storage_adapters.repository import ModelNotFound, ModelRepository, resolve_manifest
 
 DEFAULT_PREFIX = "mmhost:catalog:"
 
@@ -63,14 +61,7 @@ class Catalog(abc.ABC):
 
     def resolve(self, tenant: str, model: str, version: str | None = None, u: float | None = None) -> ModelManifest:
         """The manifest a request for (tenant, model[, version]) gets; `u` is the uniform draw for splits."""
-        versions, policy = self._versions_and_policy(tenant, model)
-        if not versions:
-            raise ModelNotFound(f"model {model!r} not found")
-        try:
-            v = resolve_version(versions, policy, version, random.random() if u is None else u)
-        except VersionNotFound as e:
-            raise ModelNotFound(f"model {model!r}: {e}") from None
-        return self.manifest(tenant, model, v)
+        return resolve_manifest(self._versions_and_policy, self.manifest, tenant, model, version, u)
 
     def _versions_and_policy(self, tenant: str, model: str) -> tuple[list[str], VersionPolicy]:
         return self.versions(tenant, model), self.policy(tenant, model)

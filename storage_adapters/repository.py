@@ -7,6 +7,7 @@ never visible here.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 import random
 
 from pydantic import ValidationError
@@ -90,14 +91,7 @@ class ModelRepository:
         self.storage.put_bytes(model_prefix(tenant, model) + POLICY_NAME, policy.model_dump_json().encode())
 
     def resolve(self, tenant: str, model: str, version: str | None = None, u: float | None = None) -> ModelManifest:
-        versions, policy = self.versions_and_policy(tenant, model)
-        if not versions:
-            raise ModelNotFound(f"model {model!r} not found")
-        try:
-            v = resolve_version(versions, policy, version, random.random() if u is None else u)
-        except VersionNotFound as e:
-            raise ModelNotFound(f"model {model!r}: {e}") from None
-        return self.manifest(tenant, model, v)
+        return resolve_manifest(self.versions_and_policy, self.manifest, tenant, model, version, u)
 
     def all_manifests(self) -> list[ModelManifest]:
         out = []
@@ -114,6 +108,26 @@ class ModelRepository:
     @staticmethod
     def file_key(manifest: ModelManifest, path: str) -> str:
         return version_prefix(manifest.tenant, manifest.model, manifest.version) + path
+
+
+def resolve_manifest(
+    versions_and_policy: Callable[[str, str], tuple[list[str], VersionPolicy]],
+    manifest: Callable[[str, str, str], ModelManifest],
+    tenant: str,
+    model: str,
+    version: str | None = None,
+    u: float | None = None,
+) -> ModelManifest:
+    """The manifest a request for (tenant, model[, version]) gets, from any catalog; `u` is the uniform
+    draw for weighted splits (random when not given)."""
+    versions, policy = versions_and_policy(tenant, model)
+    if not versions:
+        raise ModelNotFound(f"model {model!r} not found")
+    try:
+        v = resolve_version(versions, policy, version, random.random() if u is None else u)
+    except VersionNotFound as e:
+        raise ModelNotFound(f"model {model!r}: {e}") from None
+    return manifest(tenant, model, v)
 
 
 def manifest_json(manifest: ModelManifest) -> str:

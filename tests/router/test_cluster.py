@@ -252,3 +252,47 @@ def test_access_log_lines_are_a_sim_trace(cluster, routers):
     wl = read_trace(r.access_log)
     assert len(wl.ts) == len(r.access_log.read_text().splitlines())
     assert "acme/m03/1" in {m.key for m in wl.models}
+
+
+TRITON_SCRIPT = r"""
+import json, sys, asyncio
+import numpy as np
+import tritonclient.grpc as g
+import tritonclient.grpc.aio as ga
+addr, key = sys.argv[1], sys.argv[2]
+h = {"authorization": f"Bearer {key}"}
+c = g.InferenceServerClient(addr)
+out = {"live": c.is_server_live(headers=h), "ready": c.is_model_ready("mlp", headers=h)}
+out["inputs"] = c.get_model_metadata("mlp", headers=h, as_json=True)["inputs"]
+x = g.InferInput("input", [2, 8], "FP32"); x.set_data_from_numpy(np.ones((2, 8), np.float32))
+out["shape"] = list(c.infer("mlp", [x], headers=h, request_id="t1").as_numpy("output").shape)
+out["index"] = sorted(m["name"] for m in c.get_model_repository_index(headers=h, as_json=True)["models"])
+try:
+    c.infer("secret", [x], headers=h)
+except g.InferenceServerException as e:
+    out["other_tenant"] = e.status()
+async def aio():
+    ac = ga.InferenceServerClient(addr)
+    rs = await asyncio.gather(*(ac.infer("mlp", [x], headers=h) for _ in range(4)))
+    await ac.close()
+    return [list(r.as_numpy("output").shape) for r in rs]
+out["aio"] = asyncio.run(aio())
+print(json.dumps(out))
+"""
+
+
+def test_triton_client_library_through_the_router(cluster, routers):
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", TRITON_SCRIPT, routers[0].addr, cluster.keys["acme"]],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    assert out["live"] and out["ready"]
+    assert out["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "8"]}]
+    assert out["shape"] == [2, 4]
+    assert "mlp" in out["index"] and "secret" not in out["index"]
+    assert out["other_tenant"] == "StatusCode.NOT_FOUND"  # globex's model, asked for by acme
+    assert out["aio"] == [[2, 4]] * 4

@@ -4,41 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from mmhost.serving import wait_serving as wait
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["ROOT", "free_port", "wait_serving", "start_hostd", "stop", "closed_loop", "s3_with_model"]
 
 
 def wait_serving(addr: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    ch = grpc.insecure_channel(addr)
-    stub = health_pb2_grpc.HealthStub(ch)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                ch.close()
-                return
-        except grpc.RpcError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(addr)
+    wait(addr, proc, "server", timeout=timeout)
 
 
 def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
@@ -97,3 +81,42 @@ async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, con
     arr = np.array(lat) * 1000 if lat else np.array([float("nan")])
     return {"rps": len(lat) / seconds, "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
             "errors": errors, "n": len(lat)}
+
+
+@dataclass
+class S3Model:
+    store: str  # s3://bucket/models
+    endpoint: str
+    bucket: str
+    key: str  # the model file's object key
+    client: object  # a boto3 S3 client on the endpoint
+
+
+@contextmanager
+def s3_with_model(model_file: Path, tenant: str = "demo", model: str = "mlp") -> Iterator[S3Model]:
+    """A moto_server process (S3-compatible, localhost) holding one model uploaded with `mmhost upload`'s
+    code; stopped on exit."""
+    import uuid
+
+    import boto3
+
+    from mmhost.settings import S3Settings
+    from mmhost.upload import UploadRequest, upload
+    from storage_adapters.factory import open_storage
+    from storage_adapters.repository import ModelRepository
+    from tests.servers import MotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    srv = MotoServer()
+    try:
+        bucket = f"bench-{uuid.uuid4().hex[:8]}"
+        client = boto3.session.Session().client("s3", endpoint_url=srv.endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        store = f"s3://{bucket}/models"
+        m = upload(ModelRepository(open_storage(store, S3Settings(endpoint_url=srv.endpoint))),
+                   UploadRequest(tenant=tenant, model=model, file=model_file))
+        key = f"models/tenants/{tenant}/models/{model}/{m.version}/{m.model_file}"
+        yield S3Model(store, srv.endpoint, bucket, key, client)
+    finally:
+        srv.stop()

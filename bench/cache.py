@@ -11,27 +11,22 @@ Prints each time (median of several) and the ratios. Target: cold / ram >= 5.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import boto3  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench._common import s3_with_model  # noqa: E402
+
 from mmhost.demo_models import build_onnx_mlp  # noqa: E402
-from mmhost.settings import S3Settings  # noqa: E402
-from mmhost.upload import UploadRequest, upload  # noqa: E402
 from protos import grpc_service_pb2 as pb  # noqa: E402
-from storage_adapters.factory import open_storage  # noqa: E402
-from storage_adapters.repository import ModelRepository  # noqa: E402
 from tests.hostd_proc import HostdProc  # noqa: E402
-from tests.servers import MotoServer  # noqa: E402
 
 
 def timed(fn) -> float:
@@ -45,49 +40,36 @@ def main() -> None:
     ap.add_argument("--dims", default="256,3500,3500,10")
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     dims = tuple(int(d) for d in a.dims.split(","))
-    with tempfile.TemporaryDirectory() as tmp:
+    req = pb.ModelInferRequest(model_name="mlp")
+    x = np.zeros((1, dims[0]), np.float32)
+    req.inputs.add(name="input", datatype="FP32", shape=list(x.shape))
+    req.raw_input_contents.append(x.tobytes())
+    unload = pb.RepositoryModelUnloadRequest(model_name="mlp")
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(tmp)
         build_onnx_mlp(work / "mlp.onnx", dims)
         size = (work / "mlp.onnx").stat().st_size
-        srv = MotoServer()
-        hosts: list[HostdProc] = []
-        try:
-            bucket = f"bench-{uuid.uuid4().hex[:8]}"
-            boto3.session.Session().client("s3", endpoint_url=srv.endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-            store = f"s3://{bucket}/models"
-            upload(ModelRepository(open_storage(store, S3Settings(endpoint_url=srv.endpoint))),
-                   UploadRequest(tenant="demo", model="mlp", file=work / "mlp.onnx"))
-            env = {"MMHOST_S3_ENDPOINT_URL": srv.endpoint}
-            req = pb.ModelInferRequest(model_name="mlp")
-            x = np.zeros((1, dims[0]), np.float32)
-            req.inputs.add(name="input", datatype="FP32", shape=list(x.shape))
-            req.raw_input_contents.append(x.tobytes())
-            unload = pb.RepositoryModelUnloadRequest(model_name="mlp")
+        s3 = stack.enter_context(s3_with_model(work / "mlp.onnx"))
+        env = {"MMHOST_S3_ENDPOINT_URL": s3.endpoint}
 
-            h = HostdProc(store, work / "h1", env=env, args=["--ram-cache", "1GiB", "--device-memory", "2GiB"])
-            hosts.append(h)
-            cold = timed(lambda: h.stub.ModelInfer(req, timeout=120))
-            resident = statistics.median(timed(lambda: h.stub.ModelInfer(req)) for _ in range(20))
-            ram = []
-            for _ in range(a.repeat):
-                h.stub.RepositoryModelUnload(unload)
-                ram.append(timed(lambda: h.stub.ModelInfer(req, timeout=120)))
-            h.stop()
-            # a second hostd on the same disk tier, RAM tier off: reloads come from local disk
-            h2 = HostdProc(store, work / "h1", env=env, args=["--ram-cache", "0", "--device-memory", "2GiB",
-                                                              "--cache-dir", str(h.log_path.parent / f"cache-{h.port}")])
-            hosts.append(h2)
-            disk = []
-            for _ in range(a.repeat):
-                disk.append(timed(lambda: h2.stub.ModelInfer(req, timeout=120)))
-                h2.stub.RepositoryModelUnload(unload)
-        finally:
-            for h in hosts:
-                h.stop()
-            srv.stop()
+        h = HostdProc(s3.store, work / "h1", env=env, args=["--ram-cache", "1GiB", "--device-memory", "2GiB"])
+        stack.callback(h.stop)
+        cold = timed(lambda: h.stub.ModelInfer(req, timeout=120))
+        resident = statistics.median(timed(lambda: h.stub.ModelInfer(req)) for _ in range(20))
+        ram = []
+        for _ in range(a.repeat):
+            h.stub.RepositoryModelUnload(unload)
+            ram.append(timed(lambda: h.stub.ModelInfer(req, timeout=120)))
+        h.stop()
+        # a second hostd on the same disk tier, RAM tier off: reloads come from local disk
+        h2 = HostdProc(s3.store, work / "h1", env=env, args=["--ram-cache", "0", "--device-memory", "2GiB",
+                                                             "--cache-dir", str(h.log_path.parent / f"cache-{h.port}")])
+        stack.callback(h2.stop)
+        disk = []
+        for _ in range(a.repeat):
+            disk.append(timed(lambda: h2.stub.ModelInfer(req, timeout=120)))
+            h2.stub.RepositoryModelUnload(unload)
     r, d = statistics.median(ram), statistics.median(disk)
     print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {size / 1e6:.1f} MB, S3-compatible store on localhost")
     print(f"cold from S3        {cold * 1000:8.1f} ms")

@@ -36,12 +36,24 @@ def _wrap_unary(behavior):
 
 
 class ErrorInterceptor(aio.ServerInterceptor):
+    """Wraps each unary handler once and reuses the wrapper: intercept_service runs on every call."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[int, tuple[object, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
+        hit = self._wrapped.get(id(handler))
+        if hit is not None and hit[0] is handler:
+            return hit[1]
+        wrapped = grpc.unary_unary_rpc_method_handler(
             _wrap_unary(handler.unary_unary),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        if len(self._wrapped) > 1024:  # handlers are per method; a server that builds them per call stays bounded
+            self._wrapped.clear()
+        self._wrapped[id(handler)] = (handler, wrapped)  # holding `handler` keeps its id from being reused
+        return wrapped

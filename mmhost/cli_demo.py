@@ -19,24 +19,12 @@ PY"""
 
 
 def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
-    import time
+    from mmhost.serving import wait_serving
 
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(addr) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"hostd on {addr} exited with {proc.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise SystemExit(f"hostd on {addr} not serving after {timeout:.0f}s")
+    try:
+        wait_serving(addr, proc, "hostd", timeout=timeout)
+    except (RuntimeError, TimeoutError) as e:
+        raise SystemExit(str(e)) from None
 
 
 def _stop_all(procs) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -69,20 +70,57 @@ class MotoServer:
         self.proc.wait(10)
 
 
-def wait_grpc_serving(channel, proc: subprocess.Popen, what: str, log, timeout: float = 60.0) -> None:
-    """Poll grpc.health.v1 on `channel` until SERVING; fail fast (with the log) if the process exits."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+REPO = Path(__file__).resolve().parent.parent
 
-    health = health_pb2_grpc.HealthStub(channel)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log()}")
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                return
-        except grpc.RpcError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not serving after {timeout}s:\n{log()}")
+
+class ServerProc:
+    """A `mmhost <role>` process on a free port, logging to a file in `workdir`, with a gRPC channel to it.
+    Subclasses build the command line; this owns start, readiness, logs, metrics and stop."""
+
+    role = "server"
+    ready_timeout_s = 60.0
+    stop_timeout_s = 30.0
+
+    def __init__(self, workdir: Path, cmd_args: list[str], env: dict[str, str] | None = None,
+                 channel_options: list | None = None) -> None:
+        import grpc
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / f"{self.role}-{self.port}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mmhost.cli", self.role, *cmd_args], cwd=REPO, stdout=self._log,
+            stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        )
+        self.channel = grpc.insecure_channel(self.addr, options=channel_options or [])
+        self.wait_serving()
+
+    def alloc_ports(self) -> None:
+        self.port = free_port()
+        self.metrics_port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def wait_serving(self, timeout: float | None = None) -> None:
+        from mmhost.serving import wait_serving
+
+        wait_serving(self.addr, self.proc, self.role, self.log, timeout or self.ready_timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def metrics_text(self) -> str:
+        import urllib.request
+
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float | None = None) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout or self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.channel.close()
+        self._log.close()
+        return self.proc.returncode

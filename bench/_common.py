@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmhost.serving import wait_serving as wait
+from ground.serving import wait_serving as wait
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,10 +100,10 @@ def s3_with_model(model_file: Path, tenant: str = "demo", model: str = "mlp") ->
 
     import boto3
 
-    from mmhost.settings import S3Settings
+    from ground.settings import S3Settings
     from mmhost.upload import UploadRequest, upload
     from storage_adapters.factory import open_storage
-    from storage_adapters.repository import ModelRepository
+    from catalog.repository import ModelRepository
     from tests.servers import MotoServer
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")

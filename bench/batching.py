@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import closed_loop, start_hostd, stop  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
-from storage_adapters.publish import publish_version  # noqa: E402
-from storage_adapters.repository import ModelRepository  # noqa: E402
+from catalog.publish import publish_version  # noqa: E402
+from catalog.repository import ModelRepository  # noqa: E402
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ from bench.router import start_router  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
-from storage_adapters.publish import publish_version  # noqa: E402
-from storage_adapters.repository import ModelRepository  # noqa: E402
+from catalog.publish import publish_version  # noqa: E402
+from catalog.repository import ModelRepository  # noqa: E402
 
 
 def register(root: Path, n: int, model_file: Path) -> None:

@@ -64,7 +64,7 @@ def main() -> int:
     from hostd.memory import NvmlProbe
     from hostd.runtimes.base import DeviceSpec, load_model, prepare_runtime
     from mmhost.demo_models import build_onnx_mlp, onnx_manifest, torch_manifest
-    from mmhost.manifest import FileEntry, ModelFormat
+    from ground.manifest import FileEntry, ModelFormat
 
     t_start = time.perf_counter()
     probe = NvmlProbe(0)

@@ -21,8 +21,8 @@ from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
-from storage_adapters.publish import publish_version  # noqa: E402
-from storage_adapters.repository import ModelRepository  # noqa: E402
+from catalog.publish import publish_version  # noqa: E402
+from catalog.repository import ModelRepository  # noqa: E402
 
 
 def start_router(hostd: str, tenants: Path, store: Path, workdir: Path) -> tuple[subprocess.Popen, str]:

@@ -46,8 +46,8 @@ from sim.placement import RouterPlacement  # noqa: E402
 from sim.trace import read_trace  # noqa: E402
 from sim.workload import SyntheticConfig, generate  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
-from storage_adapters.publish import publish_version  # noqa: E402
-from storage_adapters.repository import ModelRepository  # noqa: E402
+from catalog.publish import publish_version  # noqa: E402
+from catalog.repository import ModelRepository  # noqa: E402
 
 IN_DIM, OUT_DIM = 256, 10
 HIGH, LOW = 0.95, 0.85  # hostd's default watermarks

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostd.batch_policy import INF, BatchConfig, Pending, decide
-from hostd.errors import DeadlineExceeded, Internal, ResourceExhausted, Unavailable
+from ground.errors import DeadlineExceeded, Internal, ResourceExhausted, Unavailable
 from hostd.execution import ExecutionGate
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import LoadedModel

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostd.errors import Unavailable
-from mmhost.manifest import ModelManifest, VersionPolicy
+from ground.errors import Unavailable
+from ground.manifest import ModelManifest, VersionPolicy
 from storage_adapters.base import StorageError
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,7 @@
 and a hostd that stops (crash, SIGKILL, partition) drops out within the TTL. On drain it deletes its entry
 at once, so routers stop sending it new work while its in-flight requests finish.
 
-Redis keys, under a prefix P (default `mmhost:hosts:`):
-    P index          SET of host ids (readers drop members whose status key has expired)
-    P h:<host id>    HostStatus, serialized protobuf, with a TTL (PX)
+Redis keys: the heartbeat schema in ground/wire.py.
 Redis errors are logged and retried at the next interval; they never stop the hostd.
 """
 
@@ -14,34 +12,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
+from ground.settings import HeartbeatSettings
+from ground.wire import heartbeat_index_key as index_key
+from ground.wire import heartbeat_status_key as status_key
 from protos import hostd_control_pb2 as hc
 
 log = logging.getLogger(__name__)
-DEFAULT_PREFIX = "mmhost:hosts:"
-
-
-class HeartbeatSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_HEARTBEAT_", populate_by_name=True)
-
-    redis_url: str | None = Field(
-        None, validation_alias=AliasChoices("redis_url", "MMHOST_REDIS_URL"),
-        description="publish heartbeats here; unset = no heartbeats (routers poll static hosts)",
-    )
-    prefix: str = Field(DEFAULT_PREFIX, description="Redis key prefix")
-    interval_s: float = Field(1.0, gt=0, description="seconds between heartbeats")
-    ttl_s: float = Field(5.0, gt=0, description="a host whose last heartbeat is older than this drops out")
-    advertise: str | None = Field(None, description="address routers should call; default the listen address")
-
-
-def index_key(prefix: str) -> str:
-    return f"{prefix}index"
-
-
-def status_key(prefix: str, host_id: str) -> str:
-    return f"{prefix}h:{host_id}"
 
 
 class Heartbeat:

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from hostd.cache.tiers import DiskTier, RamTier
-from hostd.errors import Unavailable
+from ground.errors import Unavailable
 from hostd.memory import CpuProbe, MemoryProbe, release_free_memory
 from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError, load_model, prepare_runtime
-from mmhost.manifest import DATATYPES, ModelManifest
+from ground.manifest import DATATYPES, ModelManifest
 from storage_adapters.base import ObjectNotFound, Storage, StorageError
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20

@@ -19,7 +19,7 @@ from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
 from hostd.catalog_view import CatalogView
 from hostd.cache.device import DeviceCache
-from hostd.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
 from hostd.execution import ExecutionGate
 from hostd.loader import Loader, LoadResult
 from hostd.metrics import HostdMetrics
@@ -28,10 +28,10 @@ from hostd.model_state import ModelState, check_transition, failed_backoff
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
 from hostd.tenants import TenantLimitsView
-from mmhost.manifest import ModelManifest
-from mmhost.settings import HostdSettings
-from mmhost.versions import VersionNotFound, resolve_version
-from storage_adapters.repository import ModelNotFound, ModelRepository
+from ground.manifest import ModelManifest
+from ground.settings import HostdSettings
+from ground.versions import VersionNotFound, resolve_version
+from catalog.repository import ModelNotFound, ModelRepository
 
 log = logging.getLogger(__name__)
 

@@ -23,21 +23,22 @@ from hostd.cache.tiers import DiskTier, RamTier
 from hostd.control import ControlServicer, HostCounters, host_status
 from hostd.execution import ExecutionGate
 from hostd import tenants as tenant_limits
-from hostd.heartbeat import Heartbeat, HeartbeatSettings
-from hostd.interceptors import ErrorInterceptor
+from ground.settings import HeartbeatSettings
+from hostd.heartbeat import Heartbeat
+from ground.interceptors import ErrorInterceptor
 from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import DeviceSpec, prepare_runtime
 from hostd.servicer import InferenceServicer
-from mmhost.manifest import ModelFormat
-from mmhost.serving import run_until_signal
-from mmhost.settings import HostdSettings, S3Settings
-from mmhost.units import parse_bytes
+from ground.manifest import ModelFormat
+from ground.serving import run_until_signal
+from ground.settings import HostdSettings, S3Settings
+from ground.units import parse_bytes
 from protos import grpc_service_pb2, grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
 from storage_adapters import open_storage
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"

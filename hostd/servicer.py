@@ -13,20 +13,19 @@ import time
 from grpc import aio
 
 from hostd.batch_policy import INF
-from hostd.errors import InvalidArgument, NotFound, ServingError, Unavailable
+from ground.errors import InvalidArgument, NotFound, ServingError, Unavailable
 from hostd.manager import ModelEntry, ModelManager
 from hostd.metrics import HostdMetrics
 from hostd.model_state import ModelState
 from hostd.tensors import decode_request, encode_response
-from mmhost import __version__
-from mmhost.manifest import ModelManifest
-from mmhost.params import param_int
+from ground import __version__
+from ground.manifest import ModelManifest
+from ground.params import param_int
+from ground.wire import EXTENSIONS, TENANT_HEADER
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos import model_config_pb2 as mc
 
-TENANT_HEADER = "mmhost-tenant"
-EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters", "statistics"]
 
 
 def tenant_of(context: aio.ServicerContext, default: str) -> str:
@@ -116,7 +115,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self._is_ready())
 
     async def ServerMetadata(self, request, context):
-        return pb.ServerMetadataResponse(name="mmhost", version=__version__, extensions=EXTENSIONS)
+        return pb.ServerMetadataResponse(name="mmhost", version=__version__, extensions=list(EXTENSIONS))
 
     async def ModelReady(self, request, context):
         """Ready means a request would be served: READY, or loadable on demand (lazy loading is transparent).

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostd.cache.policy import Share
-from mmhost.tenancy import DEFAULT, TenantLimits, limits_for, spec_limits
-from mmhost.units import parse_bytes
+from ground.tenancy import DEFAULT, TenantLimits, limits_for, spec_limits
+from ground.units import parse_bytes
 
 log = logging.getLogger(__name__)
 

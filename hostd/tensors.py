@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostd.errors import InvalidArgument
-from mmhost.manifest import DATATYPES, ModelFormat, ModelManifest, TensorSpec
+from ground.errors import InvalidArgument
+from ground.manifest import DATATYPES, ModelFormat, ModelManifest, TensorSpec
 from protos import grpc_service_pb2 as pb
 
 _NP = {k: np.dtype(v) for k, v in DATATYPES.items() if k != "BYTES"}

@@ -1,3 +1,6 @@
-"""mmhost: multi-model, multi-tenant model hosting. This package holds the CLI and what all parts share."""
+"""mmhost's command line: `mmhost upload`, `demo`, `top`, and the subcommands that start hostd and the
+router. What every part shares lives in `ground/` (the ground floor), the catalog in `catalog/`."""
 
-__version__ = "0.1.0"
+from ground import __version__
+
+__all__ = ["__version__"]

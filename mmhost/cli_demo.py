@@ -19,7 +19,7 @@ PY"""
 
 
 def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
-    from mmhost.serving import wait_serving
+    from ground.serving import wait_serving
 
     try:
         wait_serving(addr, proc, "hostd", timeout=timeout)
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         from mmhost.cli import setup_logging
         from mmhost.demo_models import seed_store
         from router.server import serve
-        from router.settings import RouterSettings
+        from ground.settings import RouterSettings
         from router.tenants import FileTenants
 
         console = Console()

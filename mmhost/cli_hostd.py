@@ -32,10 +32,10 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve models from a store over the v2 / Triton gRPC protocol."""
-        from hostd.heartbeat import HeartbeatSettings
+        from ground.settings import HeartbeatSettings
         from hostd.server import serve
         from mmhost.cli import setup_logging
-        from mmhost.settings import HostdSettings, S3Settings
+        from ground.settings import HostdSettings, S3Settings
 
         setup_logging(log_level)
         overrides = {

@@ -47,7 +47,7 @@ def open_registry(redis: str | None, tenants: Path | None):
     if redis and tenants:
         raise typer.BadParameter("give --redis or --tenants, not both")
     if redis:
-        from mmhost.catalog import connect_redis
+        from catalog.index import connect_redis
 
         return RedisTenants(connect_redis(redis), os.environ.get("MMHOST_ROUTER_TENANTS_PREFIX", "mmhost:tenants:"))
     if tenants:
@@ -70,9 +70,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
         from mmhost.cli import setup_logging
-        from mmhost.settings import S3Settings
+        from ground.settings import S3Settings
         from router.server import serve
-        from router.settings import RouterSettings
+        from ground.settings import RouterSettings
 
         setup_logging(log_level)
         overrides = {

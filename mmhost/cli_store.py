@@ -1,5 +1,5 @@
 """`mmhost upload` and `mmhost catalog list | rebuild | set-policy`: thin commands over mmhost.upload and
-mmhost.catalog. Settings (S3 from MMHOST_S3_*, overridable by --s3-endpoint) are parsed here, once."""
+catalog.index. Settings (S3 from MMHOST_S3_*, overridable by --s3-endpoint) are parsed here, once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from mmhost.manifest import ModelFormat, VersionPolicy
+from ground.manifest import ModelFormat, VersionPolicy
 
 catalog_app = typer.Typer(no_args_is_help=True, help="What is stored: list, rebuild the Redis index, set policies")
 
@@ -26,16 +26,16 @@ def _fail(console: Console, msg: str) -> typer.Exit:
 
 
 def _repo(store: str, s3_endpoint: str | None):
-    from mmhost.settings import S3Settings
+    from ground.settings import S3Settings
     from storage_adapters.factory import open_storage
-    from storage_adapters.repository import ModelRepository
+    from catalog.repository import ModelRepository
 
     s3 = S3Settings(endpoint_url=s3_endpoint) if s3_endpoint else S3Settings()
     return ModelRepository(open_storage(store, s3))
 
 
 def _redis_catalog(repo, url: str, prefix: str):
-    from mmhost.catalog import RedisCatalog, connect_redis
+    from catalog.index import RedisCatalog, connect_redis
 
     return RedisCatalog(connect_redis(url), repo, prefix=prefix)
 
@@ -63,7 +63,7 @@ def upload_cmd(
     s3_endpoint: Optional[str] = S3_ENDPOINT,
 ) -> None:
     """Validate a model, upload it as a new version (manifest last) and print the version."""
-    from mmhost.catalog import CatalogUnavailable
+    from catalog.index import CatalogUnavailable
     from mmhost.upload import UploadRefused, UploadRequest, parse_tensor_spec, read_config, upload
     from storage_adapters.base import StorageError
 
@@ -125,7 +125,7 @@ def list_cmd(
     s3_endpoint: Optional[str] = S3_ENDPOINT,
 ) -> None:
     """Show the stored models: versions, policy, and the newest version's format, size and uploader."""
-    from mmhost.catalog import CatalogUnavailable, StorageCatalog
+    from catalog.index import CatalogUnavailable, StorageCatalog
     from storage_adapters.base import StorageError
 
     out, err = Console(), Console(stderr=True)
@@ -163,7 +163,7 @@ def rebuild_cmd(
     s3_endpoint: Optional[str] = S3_ENDPOINT,
 ) -> None:
     """Rebuild the Redis catalog index from storage (the source of truth); safe at any time."""
-    from mmhost.catalog import CatalogUnavailable
+    from catalog.index import CatalogUnavailable
     from storage_adapters.base import StorageError
 
     err = Console(stderr=True)
@@ -210,7 +210,7 @@ def set_policy_cmd(
     s3_endpoint: Optional[str] = S3_ENDPOINT,
 ) -> None:
     """Set which version requests without an explicit version get. Written to storage, then indexed."""
-    from mmhost.catalog import CatalogUnavailable
+    from catalog.index import CatalogUnavailable
     from storage_adapters.base import StorageError
 
     err = Console(stderr=True)

@@ -11,7 +11,8 @@ import typer
 
 
 def redis_source(url: str, prefix: str):
-    from hostd.heartbeat import index_key, status_key
+    from ground.wire import heartbeat_index_key as index_key
+    from ground.wire import heartbeat_status_key as status_key
     from protos import hostd_control_pb2 as hc
     import redis
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmhost.manifest import DynamicBatching, ModelFormat, ModelManifest, TensorSpec
+from ground.manifest import DynamicBatching, ModelFormat, ModelManifest, TensorSpec
 
 
 def build_onnx_mlp(path: Path, dims: tuple[int, ...] = (64, 128, 10), seed: int = 0) -> None:
@@ -145,8 +145,8 @@ def seed_store(root: Path, tenant: str = "demo", mlp_dims: tuple[int, ...] = (64
     import tempfile
 
     from storage_adapters.local import LocalStorage
-    from storage_adapters.publish import publish_version
-    from storage_adapters.repository import ModelRepository
+    from catalog.publish import publish_version
+    from catalog.repository import ModelRepository
 
     repo = ModelRepository(LocalStorage(root))
     have = set(repo.models(tenant)) if (root / "tenants").exists() else set()

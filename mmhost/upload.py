@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mmhost.manifest import DATATYPES, DynamicBatching, ModelFormat, ModelManifest, TensorSpec, check_name
+from ground.manifest import DATATYPES, DynamicBatching, ModelFormat, ModelManifest, TensorSpec, check_name
 from storage_adapters.base import ProgressFn
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
 
 DEFAULT_MAX_BYTES = 2 << 30
 DEFAULT_MAX_BATCH_SIZE = 32
@@ -84,7 +84,7 @@ def parse_tensor_spec(text: str) -> TensorSpec:
 
 def next_version(repo: ModelRepository, tenant: str, model: str) -> str:
     """One past the highest integer version folder, complete or not: a half-written folder is never reused."""
-    from mmhost.manifest import model_prefix
+    from ground.manifest import model_prefix
 
     nums = [int(v) for v in repo.storage.list_dirs(model_prefix(tenant, model)) if v.isdigit()]
     return str(max(nums, default=0) + 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mmhost.tenancy import DEFAULT, TenantLimits
+from ground.tenancy import DEFAULT, TenantLimits
 from router.admission_policy import Decision, Quota, TenantState, admit, release
 
 

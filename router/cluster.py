@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from hostd.heartbeat import index_key, status_key
+from ground.wire import heartbeat_index_key as index_key
+from ground.wire import heartbeat_status_key as status_key
 from protos import hostd_control_pb2 as hc
 from router.admission_policy import RecentTimes
 from router.placement_policy import HostView, ModelLoad, Residency

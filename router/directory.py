@@ -9,10 +9,10 @@ import asyncio
 import logging
 import time
 
-from hostd.errors import NotFound, Unavailable
-from mmhost.catalog import Catalog, CatalogUnavailable
+from ground.errors import NotFound, Unavailable
+from catalog.index import Catalog, CatalogUnavailable
 from storage_adapters.base import StorageError
-from storage_adapters.repository import ModelNotFound
+from catalog.repository import ModelNotFound
 
 log = logging.getLogger(__name__)
 

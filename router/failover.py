@@ -1,5 +1,14 @@
-"""What a failed forward means, and whether it may be retried: a small pure policy (statuses in, decision
-out). Inference is idempotent, so a request may run again on another host."""
+"""What a failed forward means, and whether it may be retried: a small pure policy (status code and the
+`mmhost-reason` trailer in, decision out; never the words of a message). Inference is idempotent, so a
+request may run again on another host.
+
+- No `mmhost-reason` on an error status: no mmhost process answered, the transport failed (refused, reset,
+  torn down mid-stream): the host is down, try another.
+- `draining`: the hostd says it is leaving: mark it down, try another.
+- A reason that belongs to this host's state for one model (no capacity, unloading, storage down, queue
+  full): try another host, the host stays up.
+- Everything else (the caller's mistake, a shed that holds everywhere, a model's own failure): final.
+  A model's failure to load is that model's error, never the host's (`load_failed`)."""
 
 from __future__ import annotations
 
@@ -8,7 +17,8 @@ from enum import Enum
 
 import grpc
 
-RETRY_AFTER = "retry-after-ms"
+from ground.wire import HOST_LEAVING, TRY_ELSEWHERE, reason_of, retry_after_ms
+
 NEVER_RETRY = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
                          grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
                          grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAUTHENTICATED,
@@ -21,27 +31,23 @@ class Outcome(Enum):
     FINAL = "final"  # the caller gets this status
 
 
-def retry_after_ms(trailing: Sequence[tuple[str, str | bytes]] | None) -> int | None:
-    for k, v in trailing or ():
-        if k == RETRY_AFTER:
-            try:
-                return int(v)
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def classify(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str | bytes]] | None) -> Outcome:
-    if code in NEVER_RETRY or code is grpc.StatusCode.OK:
+def classify(code: grpc.StatusCode, trailing: Sequence[tuple[str, str | bytes]] | None) -> Outcome:
+    if code is grpc.StatusCode.OK:
         return Outcome.FINAL
-    if code is grpc.StatusCode.UNAVAILABLE:
-        # hostd's own UNAVAILABLE always carries retry-after-ms; the transport's never does
-        if retry_after_ms(trailing) is None:
-            return Outcome.HOST_DOWN
-        return Outcome.HOST_DOWN if "draining" in (details or "") else Outcome.ELSEWHERE
-    if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL) and "RST_STREAM" in (details or ""):
-        return Outcome.HOST_DOWN  # stream torn down with the connection
+    reason = reason_of(trailing)
+    if reason is None:  # no mmhost process answered: the transport failed
+        transport = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+        return Outcome.HOST_DOWN if transport else Outcome.FINAL
+    if reason in HOST_LEAVING:
+        return Outcome.HOST_DOWN
+    if code in NEVER_RETRY:
+        return Outcome.FINAL
+    if reason in TRY_ELSEWHERE:
+        return Outcome.ELSEWHERE
     return Outcome.FINAL
+
+
+__all__ = ["NEVER_RETRY", "Outcome", "RetryBudget", "classify", "retry_after_ms"]
 
 
 class RetryBudget:

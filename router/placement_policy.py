@@ -153,3 +153,9 @@ def _is_hot(key: str, ready: Sequence[HostView], local: Mapping[str, int], rate:
     if cfg.hot_queue_depth > 0 and min(_outstanding(h, key, local) for h in ready) >= cfg.hot_queue_depth:
         return True
     return cfg.hot_rps_per_copy > 0 and rate / len(ready) >= cfg.hot_rps_per_copy
+
+
+def placement_config(settings) -> PlacementConfig:
+    """The placement knobs of a RouterSettings (ground/settings.py)."""
+    return PlacementConfig(hot_queue_depth=settings.hot_queue_depth, hot_rps_per_copy=settings.hot_rps_per_copy,
+                           pending_ttl_s=settings.pending_ttl_s)

@@ -13,9 +13,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from hostd.interceptors import ErrorInterceptor
-from mmhost.serving import run_until_signal
-from mmhost.settings import S3Settings
+from ground.interceptors import ErrorInterceptor
+from ground.serving import run_until_signal
+from ground.settings import S3Settings
 from protos import grpc_service_pb2
 from router.accesslog import AccessLog
 from router.admission import Admission
@@ -26,7 +26,7 @@ from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.servicer import RouterServicer
-from router.settings import RouterSettings
+from ground.settings import RouterSettings
 from router.tenants import FileTenants, RedisTenants, TenantRegistry
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 def open_catalog(settings: RouterSettings, s3: S3Settings | None, redis_client):
     if not settings.store:
         return None
-    from mmhost.catalog import RedisCatalog, StorageCatalog
+    from catalog.index import RedisCatalog, StorageCatalog
     from storage_adapters import open_storage
-    from storage_adapters.repository import ModelRepository
+    from catalog.repository import ModelRepository
 
     repo = ModelRepository(open_storage(settings.store, s3))
     return RedisCatalog(redis_client, repo, settings.catalog_prefix) if redis_client is not None else StorageCatalog(repo)
@@ -58,7 +58,7 @@ class Router:
         if s.redis_url:
             import redis.asyncio as aredis
 
-            from mmhost.catalog import connect_redis
+            from catalog.index import connect_redis
 
             sync = connect_redis(s.redis_url)
             self.tenants = RedisTenants(sync, s.tenants_prefix)

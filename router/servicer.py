@@ -14,9 +14,12 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from hostd.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, ServingError, Unavailable
-from mmhost.params import param_int
-from mmhost import __version__
+from ground.errors import (DeadlineExceeded, Forwarded, InvalidArgument, ResourceExhausted, ServingError, Unauthenticated,
+                           Unavailable)
+from ground.settings import RouterSettings
+from ground.wire import EXTENSIONS, TENANT_HEADER, reason_of
+from ground.params import param_int
+from ground import __version__
 from protos import grpc_service_pb2 as pb
 from protos.router_header_pb2 import InferHeader
 from router.accesslog import AccessLog
@@ -25,19 +28,14 @@ from router.admission_policy import ShedReason, check_deadline
 from router.auth import KeyIndex, bearer
 from router.cluster import ClusterView, model_key
 from router.directory import ModelDirectory, not_found
-from router.errors import Forwarded, Unauthenticated
 from router.failover import Outcome, RetryBudget, classify, retry_after_ms
 from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
-from router.placement_policy import Placement, PlacementConfig, Reason, place
-from router.settings import RouterSettings
+from router.placement_policy import Placement, PlacementConfig, Reason, place, placement_config
 
 log = logging.getLogger(__name__)
-TENANT_HEADER = "mmhost-tenant"  # hostd.servicer.TENANT_HEADER (a test keeps them equal)
 SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
-EXTENSIONS = ["model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters",
-              "statistics"]
 
 
 def _parse(cls, body: bytes):
@@ -55,7 +53,7 @@ class RouterServicer:
         self.admission = admission or Admission()
         self.keys, self.directory, self.cluster, self.local = keys, directory, cluster, local
         self.forwarder, self.metrics, self.access_log = forwarder, metrics, access_log
-        self.pcfg: PlacementConfig = settings.placement()
+        self.pcfg: PlacementConfig = placement_config(settings)
         self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_cap)
         self.rng = rng or random.Random()
         self._background: set[asyncio.Task] = set()
@@ -117,8 +115,8 @@ class RouterServicer:
                 return await self.forwarder.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
             except aio.AioRpcError as e:
                 trailing = e.trailing_metadata()
-                outcome = classify(e.code(), e.details() or "", trailing)
-                err = Forwarded(e.code(), e.details() or "", retry_after_ms(trailing))
+                outcome = classify(e.code(), trailing)
+                err = Forwarded(e.code(), e.details() or "", retry_after_ms(trailing), reason_of(trailing) or "")
                 if outcome is Outcome.HOST_DOWN:
                     self.local.forget_load(key, p.host)
                     if self.cluster.mark_down(p.host):
@@ -239,7 +237,7 @@ class RouterServicer:
     async def ServerMetadata(self, body: bytes, context) -> bytes:
         self._tenant(context)
         return pb.ServerMetadataResponse(name="mmhost-router", version=__version__,
-                                         extensions=EXTENSIONS).SerializeToString()
+                                         extensions=list(EXTENSIONS)).SerializeToString()
 
     # -- model-level calls, checked against the tenant's catalog, then forwarded ------------------------
 
@@ -287,7 +285,8 @@ class RouterServicer:
                                       metadata=((TENANT_HEADER, tenant),)) for h in self.cluster.holders(key)]
         for r in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(r, aio.AioRpcError) and r.code() is not grpc.StatusCode.NOT_FOUND:
-                raise Forwarded(r.code(), r.details() or "", retry_after_ms(r.trailing_metadata()))
+                raise Forwarded(r.code(), r.details() or "", retry_after_ms(r.trailing_metadata()),
+                                reason_of(r.trailing_metadata()) or "")
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
     async def RepositoryIndex(self, body: bytes, context) -> bytes:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mmhost.tenancy import TenantLimits, spec_limits
+from ground.tenancy import TenantLimits, spec_limits
 from router.auth import hash_key, new_key
 
 DEFAULT_PREFIX = "mmhost:tenants:"

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 from storage_adapters.base import Storage
 
 if TYPE_CHECKING:
-    from mmhost.settings import S3Settings
+    from ground.settings import S3Settings
 
 
 def open_storage(uri: str, s3: S3Settings | None = None) -> Storage:
     if uri.startswith("s3://"):
         from storage_adapters.s3 import S3Storage  # boto3 is imported only when S3 is used
 
-        from mmhost.settings import S3Settings as _S3
+        from ground.settings import S3Settings as _S3
 
         return S3Storage.from_uri(uri, s3 or _S3())
     if uri.startswith("file://"):

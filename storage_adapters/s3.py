@@ -25,7 +25,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from mmhost.settings import S3Settings
+from ground.settings import S3Settings
 from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, Storage, StorageError, StorageUnavailable
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}

@@ -101,7 +101,7 @@ class ServerProc:
         self.addr = f"127.0.0.1:{self.port}"
 
     def wait_serving(self, timeout: float | None = None) -> None:
-        from mmhost.serving import wait_serving
+        from ground.serving import wait_serving
 
         wait_serving(self.addr, self.proc, self.role, self.log, timeout or self.ready_timeout_s)
 

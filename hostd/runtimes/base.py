@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmhost.manifest import ModelFormat, ModelManifest, TensorSpec
+from ground.manifest import ModelFormat, ModelManifest, TensorSpec
 
 
 class RuntimeLoadError(Exception):

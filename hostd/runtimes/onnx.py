@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
-from mmhost.manifest import ModelManifest, TensorSpec
+from ground.manifest import ModelManifest, TensorSpec
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
-from mmhost.manifest import ModelFormat, ModelManifest, TensorSpec
+from ground.manifest import ModelFormat, ModelManifest, TensorSpec
 
 _threads_set = threading.Lock()
 

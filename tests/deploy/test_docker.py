@@ -87,7 +87,7 @@ def test_runtime_stage_is_non_root_without_build_tools_and_starts_mmhost(name, c
 
     assert json.loads(cmd)[0] in typer.main.get_command(app).commands
     # MMHOST_* set in the image are read by the settings hostd builds.
-    from mmhost.settings import HostdSettings
+    from ground.settings import HostdSettings
 
     for env in _args(final, "ENV"):
         for k, v in (kv.split("=", 1) for kv in shlex.split(env)):

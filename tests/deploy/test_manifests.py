@@ -182,7 +182,7 @@ def test_ports_probes_and_scrape_targets_match_the_settings(rendered, overlay, c
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_hostd_drains_within_its_grace_period_and_has_its_tiers(rendered, overlay, clean_env):
-    from mmhost.units import parse_bytes
+    from ground.units import parse_bytes
 
     (wl, spec, c), = [x for x in mmhost_containers(rendered, overlay) if x[2]["args"][0] == "hostd"]
     assert wl["kind"] == "StatefulSet"

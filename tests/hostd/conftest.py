@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
-from mmhost.manifest import DynamicBatching
+from ground.manifest import DynamicBatching
 from storage_adapters.local import LocalStorage
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
 from tests.hostd_proc import HostdProc
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from hostd.errors import InvalidArgument
+from ground.errors import InvalidArgument
 from hostd.tensors import decode_request, encode_bytes_raw, encode_response
-from mmhost.manifest import ModelFormat, ModelManifest, TensorSpec
+from ground.manifest import ModelFormat, ModelManifest, TensorSpec
 from protos import grpc_service_pb2 as pb
 
 M = ModelManifest(

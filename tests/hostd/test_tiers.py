@@ -10,7 +10,7 @@ from hostd.cache.device import DeviceCache
 from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
 from hostd.memory import CpuProbe, select_probe
-from mmhost.units import parse_bytes
+from ground.units import parse_bytes
 
 
 def test_ram_tier_is_lru_within_its_budget():

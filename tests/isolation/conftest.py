@@ -16,8 +16,8 @@ from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from protos import grpc_service_pb2 as pb
 from router.tenants import FileTenants
 from storage_adapters.local import LocalStorage
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
 from tests.hostd_proc import HostdProc
 from tests.router.router_proc import RouterProc
 

@@ -9,14 +9,14 @@ import uuid
 
 from typer.testing import CliRunner
 
-from mmhost.catalog import connect_redis
+from catalog.index import connect_redis
 from mmhost.cli import app
 from protos import grpc_service_pb2 as pb
 from router.tenants import RedisTenants
 from tests.hostd_proc import HostdProc
 from tests.isolation.conftest import build_store, slow_request
 
-TENANT_HEADER = "mmhost-tenant"
+from ground.wire import TENANT_HEADER
 
 
 def cli(*args: str, env: dict | None = None) -> str:

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmhost.catalog import connect_redis
+from catalog.index import connect_redis
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest
-from mmhost.settings import S3Settings
+from ground.settings import S3Settings
 from protos import grpc_service_pb2 as pb
 from router.tenants import RedisTenants
 from storage_adapters import open_storage
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
 from tests.hostd_proc import HostdProc
 from tests.storage.conftest import make_bucket
 

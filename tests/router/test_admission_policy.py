@@ -6,7 +6,7 @@ from router.admission import Admission
 from router.admission_policy import (
     Quota, RecentTimes, ShedReason, TenantState, admit, check_deadline, release,
 )
-from mmhost.tenancy import limits_for
+from ground.tenancy import limits_for
 
 
 def run(quota: Quota, times: list[float], state: TenantState | None = None) -> tuple[list, TenantState]:

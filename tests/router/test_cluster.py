@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from hostd.heartbeat import status_key
-from mmhost.catalog import connect_redis
+from ground.wire import heartbeat_status_key as status_key
+from catalog.index import connect_redis
 from protos import grpc_service_pb2 as pb
 from router.placement_policy import affinity
 from router.tenants import RedisTenants

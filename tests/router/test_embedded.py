@@ -9,7 +9,7 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from mmhost.catalog import connect_redis
+from catalog.index import connect_redis
 from mmhost.cli import app
 from protos import grpc_service_pb2 as pb
 from router.auth import hash_key

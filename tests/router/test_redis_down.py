@@ -9,11 +9,11 @@ import uuid
 import grpc
 import pytest
 
-from mmhost.catalog import RedisCatalog, connect_redis
-from mmhost.settings import S3Settings
+from catalog.index import RedisCatalog, connect_redis
+from ground.settings import S3Settings
 from router.tenants import RedisTenants
 from storage_adapters import open_storage
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 from tests.hostd_proc import HostdProc
 from tests.router.conftest import auth, infer_request
 from tests.router.router_proc import RouterProc

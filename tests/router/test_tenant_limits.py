@@ -7,9 +7,9 @@ import json
 
 from typer.testing import CliRunner
 
-from mmhost.catalog import connect_redis
+from catalog.index import connect_redis
 from mmhost.cli import app
-from mmhost.tenancy import TIERS
+from ground.tenancy import TIERS
 from router.tenants import FileTenants, RedisTenants
 
 

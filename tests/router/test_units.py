@@ -15,12 +15,27 @@ from router.failover import Outcome, RetryBudget, classify
 C = grpc.StatusCode
 
 
-def test_failures_are_classified():
-    assert classify(C.UNAVAILABLE, "failed to connect to all addresses", ()) is Outcome.HOST_DOWN
-    assert classify(C.UNAVAILABLE, "no capacity", (("retry-after-ms", "100"),)) is Outcome.ELSEWHERE
-    assert classify(C.UNAVAILABLE, "server is draining; retry on another host", (("retry-after-ms", "50"),)) is Outcome.HOST_DOWN
+def _md(reason: str, retry_ms: int | None = None) -> tuple[tuple[str, str], ...]:
+    md = (("mmhost-reason", reason),)
+    return md + ((("retry-after-ms", str(retry_ms)),) if retry_ms is not None else ())
+
+
+def test_failures_are_classified_by_code_and_reason_never_by_text():
+    # no mmhost-reason: the transport failed (refused, reset, torn down), whatever the code says
+    assert classify(C.UNAVAILABLE, ()) is Outcome.HOST_DOWN
+    assert classify(C.UNKNOWN, ()) is Outcome.HOST_DOWN
+    assert classify(C.INTERNAL, ()) is Outcome.HOST_DOWN
+    # the host says it is leaving
+    assert classify(C.UNAVAILABLE, _md("draining", 50)) is Outcome.HOST_DOWN
+    # this host cannot serve this model now: another may
+    assert classify(C.UNAVAILABLE, _md("no_capacity", 100)) is Outcome.ELSEWHERE
+    assert classify(C.UNAVAILABLE, _md("storage_down", 100)) is Outcome.ELSEWHERE
+    # a model's own failure is the model's error: final, and never a host marked down
+    assert classify(C.UNAVAILABLE, _md("load_failed", 1000)) is Outcome.FINAL
+    assert classify(C.INTERNAL, _md("internal")) is Outcome.FINAL
     for code in (C.INVALID_ARGUMENT, C.NOT_FOUND, C.RESOURCE_EXHAUSTED, C.DEADLINE_EXCEEDED):
-        assert classify(code, "", ()) is Outcome.FINAL
+        assert classify(code, ()) is Outcome.FINAL
+        assert classify(code, _md(code.name.lower())) is Outcome.FINAL
 
 
 def test_retry_budget_is_earned_by_requests():
@@ -41,11 +56,13 @@ def test_key_index_maps_only_exact_keys():
     assert bearer((("authorization", f"Basic {k}"),)) is None
 
 
-def test_tenant_header_is_hostds():
-    from hostd.servicer import TENANT_HEADER as HOSTD
-    from router.servicer import TENANT_HEADER
+def test_router_and_hostd_take_the_tenant_header_from_the_wire_contract():
+    import ground.wire
+    import hostd.servicer
+    import router.servicer
 
-    assert TENANT_HEADER == HOSTD
+    assert router.servicer.TENANT_HEADER is ground.wire.TENANT_HEADER
+    assert hostd.servicer.TENANT_HEADER is ground.wire.TENANT_HEADER
 
 
 def _status(addr: str, sent: float, *models: tuple[str, str, str]) -> hc.HostStatus:

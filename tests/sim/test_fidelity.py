@@ -9,8 +9,8 @@ from protos import grpc_service_pb2 as pb
 from sim.costs import calibrate
 from sim.fidelity import batch_samples, load_sample, measured_sizes, parse_hostd_metrics
 from storage_adapters.local import LocalStorage
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
 from tests.hostd_proc import HostdProc
 
 WIDTHS = {"small": 128, "mid": 600, "large": 1300}  # 256-w-w-10 MLPs: about 0.2, 2.1 and 8.1 MB

@@ -7,7 +7,7 @@ import uuid
 import boto3
 import pytest
 
-from mmhost.settings import S3Settings
+from ground.settings import S3Settings
 from storage_adapters.s3 import S3Storage
 
 

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from mmhost.catalog import CatalogUnavailable, RedisCatalog, StorageCatalog, connect_redis
-from mmhost.manifest import ModelFormat, ModelManifest, TensorSpec, VersionPolicy, version_prefix
-from mmhost.settings import S3Settings
+from catalog.index import CatalogUnavailable, RedisCatalog, StorageCatalog, connect_redis
+from ground.manifest import ModelFormat, ModelManifest, TensorSpec, VersionPolicy, version_prefix
+from ground.settings import S3Settings
 from storage_adapters.factory import open_storage
-from storage_adapters.publish import publish_version
-from storage_adapters.repository import ModelNotFound, ModelRepository
+from catalog.publish import publish_version
+from catalog.repository import ModelNotFound, ModelRepository
 from tests.servers import RedisServer
 
 

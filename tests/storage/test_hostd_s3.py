@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from mmhost.settings import S3Settings
+from ground.settings import S3Settings
 from protos import grpc_service_pb2 as pb
 from storage_adapters.s3 import S3Storage
 from tests.hostd_proc import HostdProc

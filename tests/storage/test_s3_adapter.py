@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mmhost.settings import S3Settings
+from ground.settings import S3Settings
 from storage_adapters.base import ObjectNotFound, StorageError, StorageUnavailable
 from storage_adapters.factory import open_storage
 from storage_adapters.s3 import S3Storage, parse_s3_uri

@@ -11,10 +11,10 @@ import pytest
 
 from hostd.runtimes.base import DeviceSpec, load_model
 from mmhost.demo_models import torch_reference
-from mmhost.manifest import ModelFormat
-from mmhost.settings import S3Settings
+from ground.manifest import ModelFormat
+from ground.settings import S3Settings
 from storage_adapters.factory import open_storage
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 
 TS_SIG = ["--input", "INPUT__0:FP32:-1,16", "--output", "OUTPUT__0:FP32:-1,4"]
 

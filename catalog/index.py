@@ -30,8 +30,8 @@ import abc
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
-from mmhost.manifest import ModelManifest, VersionPolicy, version_sort_key
-from storage_adapters.repository import ModelNotFound, ModelRepository, resolve_manifest
+from ground.manifest import ModelManifest, VersionPolicy, version_sort_key
+from catalog.repository import ModelNotFound, ModelRepository, resolve_manifest
 
 DEFAULT_PREFIX = "mmhost:catalog:"
 

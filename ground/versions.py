@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mmhost.manifest import VersionPolicy, version_sort_key
+from ground.manifest import VersionPolicy, version_sort_key
 
 
 class VersionNotFound(LookupError):

@@ -12,7 +12,7 @@ import random
 
 from pydantic import ValidationError
 
-from mmhost.manifest import (
+from ground.manifest import (
     MANIFEST_NAME,
     POLICY_NAME,
     ModelManifest,
@@ -21,7 +21,7 @@ from mmhost.manifest import (
     version_prefix,
     version_sort_key,
 )
-from mmhost.versions import VersionNotFound, resolve_version
+from ground.versions import VersionNotFound, resolve_version
 from storage_adapters.base import ObjectNotFound, Storage, StorageError
 
 

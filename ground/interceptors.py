@@ -1,6 +1,7 @@
-"""One place where exceptions become gRPC statuses (KServe's pattern): ServingError keeps its code and
-message and adds `retry-after-ms` trailing metadata when it has one; anything else is INTERNAL, logged
-with its traceback, and never crashes the server."""
+"""One place where exceptions become gRPC statuses (KServe's pattern), on hostd and router alike:
+ServingError keeps its code and message and adds the `mmhost-reason` trailer (always) and `retry-after-ms`
+(when it has one); anything else is INTERNAL with reason `internal`, logged with its traceback, and never
+crashes the server."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ import logging
 import grpc
 from grpc import aio
 
-from hostd.errors import ServingError
+from ground.errors import ServingError
+from ground.wire import REASON, RETRY_AFTER, Reason
 
 log = logging.getLogger(__name__)
 
 
 async def _abort(context: aio.ServicerContext, err: Exception) -> None:
     if isinstance(err, ServingError):
+        md: tuple[tuple[str, str], ...] = ((REASON, err.wire_reason),)
         if err.retry_after_ms is not None:
-            context.set_trailing_metadata((("retry-after-ms", str(int(err.retry_after_ms))),))
+            md += ((RETRY_AFTER, str(int(err.retry_after_ms))),)
+        context.set_trailing_metadata(md)
         await context.abort(err.code, err.message)
     log.exception("internal error", exc_info=err)
+    context.set_trailing_metadata(((REASON, Reason.INTERNAL.value),))
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}: {err}")
 
 

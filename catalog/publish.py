@@ -8,9 +8,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmhost.manifest import FileEntry, ModelManifest
+from ground.manifest import FileEntry, ModelManifest
 from storage_adapters.base import ProgressFn
-from storage_adapters.repository import ModelRepository
+from catalog.repository import ModelRepository
 
 _CHUNK = 1 << 20
 

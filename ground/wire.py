@@ -1,0 +1,101 @@
+"""The wire contract: everything two mmhost processes (or a client and mmhost) must agree on, in one place.
+
+gRPC status codes plus machine-readable metadata carry meaning between processes; nothing ever matches
+words in a status message.
+
+Metadata a router sends to a hostd:
+    mmhost-tenant      the authenticated tenant; hostd resolves model names within it
+
+Trailing metadata on every error mmhost itself answers (router or hostd):
+    mmhost-reason      why, as one of the `Reason` values (machine-readable; the message is for people)
+    retry-after-ms     on refusals the caller may retry: how long to wait first
+
+An error status that carries no `mmhost-reason` did not come from an mmhost process: the transport
+failed (connection refused or reset, stream torn down) or something in between answered. That is what a
+router treats as "host down" (see router/failover.py).
+
+Heartbeats in Redis, under a prefix P (default `mmhost:hosts:`):
+    P index          SET of host ids (readers drop members whose status key has expired)
+    P h:<host id>    HostStatus (protos/hostd_control.proto), serialized, with a TTL
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+SERVICE = "inference.GRPCInferenceService"
+CONTROL_SERVICE = "mmhost.hostd.HostdControl"
+
+TENANT_HEADER = "mmhost-tenant"
+REASON = "mmhost-reason"
+RETRY_AFTER = "retry-after-ms"
+
+# What ServerMetadata advertises, on hostd and router alike (Triton's extension names).
+EXTENSIONS = ("model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters",
+              "statistics")
+
+
+class Reason(str, Enum):
+    """Why a call was refused or failed: the value of the `mmhost-reason` trailer."""
+
+    # refusals (sheds): the caller may retry after retry-after-ms
+    QUOTA_RATE = "quota_rate"
+    QUOTA_CONCURRENCY = "quota_concurrency"
+    QUEUE_FULL = "queue_full"
+    QUEUE_TIMEOUT = "queue_timeout"
+    DEADLINE = "deadline"
+    DEADLINE_INFEASIBLE = "deadline_infeasible"
+    NO_CAPACITY = "no_capacity"
+    NO_HOST = "no_host"
+    STORAGE_DOWN = "storage_down"
+    CATALOG_DOWN = "catalog_down"
+    DRAINING = "draining"  # this host is leaving: the router marks it down and goes elsewhere
+    UNLOADING = "unloading"
+    UNLOADED = "unloaded"
+    # a model's own failure: the model's error, never the host's
+    LOAD_FAILED = "load_failed"
+    MODEL_FAILED = "model_failed"
+    # the caller's mistakes and everything else
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    UNAUTHENTICATED = "unauthenticated"
+    INTERNAL = "internal"
+
+
+# Reasons with which a hostd says the host itself should get no more traffic for now.
+HOST_LEAVING = frozenset({Reason.DRAINING.value})
+# Reasons that belong to one model on one host: another host may well serve the request.
+TRY_ELSEWHERE = frozenset({Reason.NO_CAPACITY.value, Reason.UNLOADING.value, Reason.UNLOADED.value,
+                           Reason.STORAGE_DOWN.value, Reason.QUEUE_FULL.value})
+
+
+def trailer(metadata: Iterable[tuple[str, str | bytes]] | None, key: str) -> str | None:
+    """The value of one metadata key (None when absent)."""
+    for k, v in metadata or ():
+        if k == key:
+            return v.decode() if isinstance(v, bytes) else v
+    return None
+
+
+def retry_after_ms(metadata: Iterable[tuple[str, str | bytes]] | None) -> int | None:
+    v = trailer(metadata, RETRY_AFTER)
+    try:
+        return None if v is None else int(v)
+    except ValueError:
+        return None
+
+
+def reason_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    return trailer(metadata, REASON)
+
+
+HEARTBEAT_PREFIX = "mmhost:hosts:"
+
+
+def heartbeat_index_key(prefix: str) -> str:
+    return f"{prefix}index"
+
+
+def heartbeat_status_key(prefix: str, host_id: str) -> str:
+    return f"{prefix}h:{host_id}"

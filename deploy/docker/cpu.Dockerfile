@@ -9,6 +9,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/mmhost
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY ground ./ground
+COPY catalog ./catalog
 COPY mmhost ./mmhost
 COPY hostd ./hostd
 COPY router ./router

@@ -13,6 +13,8 @@ RUN apt-get update \
 RUN python3 -m venv /opt/mmhost
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY ground ./ground
+COPY catalog ./catalog
 COPY mmhost ./mmhost
 COPY hostd ./hostd
 COPY router ./router

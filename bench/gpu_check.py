@@ -62,7 +62,8 @@ def main() -> int:
 
     from hostd.cache.device import DeviceCache
     from hostd.memory import NvmlProbe
-    from hostd.runtimes.base import DeviceSpec, load_model, prepare_runtime
+    from hostd.runtimes.base import DeviceSpec
+    from hostd.runtimes.registry import load_model, prepare_runtime
     from mmhost.demo_models import build_onnx_mlp, onnx_manifest, torch_manifest
     from ground.manifest import FileEntry, ModelFormat
 
@@ -70,8 +71,9 @@ def main() -> int:
     probe = NvmlProbe(0)
     dev = DeviceSpec(kind="cuda", index=0)
     use_ort = "CUDAExecutionProvider" in ort.get_available_providers()
-    print(f"GPU: {torch.cuda.get_device_name(0)}, NVML total {probe.total() / 2**30:.1f} GiB; "
-          f"runtime: {'ONNX Runtime CUDA provider' if use_ort else 'torch CUDA (this onnxruntime has no CUDA provider: ORT CUDA path NOT checked)'}")
+    runtime = ("ONNX Runtime CUDA provider" if use_ort
+               else "torch CUDA (this onnxruntime has no CUDA provider: ORT CUDA path NOT checked)")
+    print(f"GPU: {torch.cuda.get_device_name(0)}, NVML total {probe.total() / 2**30:.1f} GiB; runtime: {runtime}")
     width = int((a.mb * 2**20 / 4 / 2) ** 0.5)  # two square layers of float32
     fmt = ModelFormat.ONNX if use_ort else ModelFormat.TORCHSCRIPT
     prepare_runtime(fmt, dev)
@@ -103,7 +105,7 @@ def main() -> int:
         print(f"\n1. NVML-measured memory per model (file {size / 2**20:.0f} MiB each)")
         base = probe.used()
         loaded, measured, load_s = [], [], []
-        for m, data in zip(manifests, blobs):
+        for m, data in zip(manifests, blobs, strict=True):
             before = probe.used()
             t0 = time.perf_counter()
             model = load_model(data, m, dev)
@@ -135,8 +137,8 @@ def main() -> int:
         evictions = 0
         worst = 0
         base2 = probe.used()
-        for rnd in range(2):
-            for m, data in zip(manifests, blobs):
+        for _round in range(2):
+            for m, data in zip(manifests, blobs, strict=True):
                 key = m.key()
                 if key in resident:
                     cache.access(key, time.monotonic())

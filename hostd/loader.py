@@ -20,7 +20,8 @@ import numpy as np
 from hostd.cache.tiers import DiskTier, RamTier
 from ground.errors import Unavailable
 from hostd.memory import CpuProbe, MemoryProbe, release_free_memory
-from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError, load_model, prepare_runtime
+from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+from hostd.runtimes.registry import load_model, prepare_runtime
 from ground.manifest import DATATYPES, ModelManifest
 from storage_adapters.base import ObjectNotFound, Storage, StorageError
 from catalog.repository import ModelRepository

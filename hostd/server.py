@@ -30,7 +30,8 @@ from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
-from hostd.runtimes.base import DeviceSpec, prepare_runtime
+from hostd.runtimes.base import DeviceSpec
+from hostd.runtimes.registry import prepare_runtime
 from hostd.servicer import InferenceServicer
 from ground.manifest import ModelFormat
 from ground.serving import run_until_signal

@@ -112,7 +112,9 @@ def torch_reference(x: np.ndarray, in_dim: int = 16, out_dim: int = 4, seed: int
         return _torch_module(in_dim, out_dim, seed)(torch.from_numpy(x)).numpy()
 
 
-def torch_manifest(tenant: str, model: str, version: str, fmt: ModelFormat, filename: str, in_dim: int = 16, out_dim: int = 4) -> ModelManifest:
+def torch_manifest(
+    tenant: str, model: str, version: str, fmt: ModelFormat, filename: str, in_dim: int = 16, out_dim: int = 4
+) -> ModelManifest:
     in_name, out_name = ("x", "output__0") if fmt is ModelFormat.TORCH_EXPORT else ("INPUT__0", "OUTPUT__0")
     return ModelManifest(
         tenant=tenant,
@@ -129,7 +131,7 @@ def torch_manifest(tenant: str, model: str, version: str, fmt: ModelFormat, file
 
 def onnx_manifest(tenant: str, model: str, version: str, path: Path, filename: str) -> ModelManifest:
     """A manifest whose signature is read from the ONNX file itself."""
-    from hostd.runtimes.base import read_signature
+    from hostd.runtimes.registry import read_signature
 
     sig = read_signature(path, ModelFormat.ONNX)
     assert sig is not None

@@ -102,7 +102,7 @@ def _check_outputs(spec: list[TensorSpec], got: dict[str, np.ndarray]) -> None:
         if t.name not in got:
             raise UploadRefused(f"test inference did not return output {t.name!r}")
         arr = got[t.name]
-        if len(arr.shape) != len(t.shape) or any(d != -1 and d != a for d, a in zip(t.shape, arr.shape)):
+        if len(arr.shape) != len(t.shape) or any(d != -1 and d != a for d, a in zip(t.shape, arr.shape, strict=True)):
             raise UploadRefused(
                 f"test inference returned {t.name!r} with shape {list(arr.shape)}, the signature says {t.shape}"
             )
@@ -110,7 +110,8 @@ def _check_outputs(spec: list[TensorSpec], got: dict[str, np.ndarray]) -> None:
 
 def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
     """Every check that needs no store. Returns the manifest to publish (files are filled in by publish)."""
-    from hostd.runtimes.base import DeviceSpec, RuntimeLoadError, detect_format, load_model, read_signature
+    from hostd.runtimes.base import DeviceSpec, RuntimeLoadError
+    from hostd.runtimes.registry import detect_format, load_model, read_signature
 
     try:
         check_name("tenant", req.tenant)

@@ -1,5 +1,6 @@
-"""Model runtimes: ONNX Runtime, TorchScript and torch.export, behind one small interface."""
+"""Model runtimes: ONNX Runtime, TorchScript and torch.export, behind one small interface.
 
-from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError, load_model, read_signature
-
-__all__ = ["DeviceSpec", "LoadedModel", "RuntimeLoadError", "load_model", "read_signature"]
+base.py is the interface (LoadedModel, DeviceSpec, RuntimeLoadError); onnx.py and torch_rt.py implement it;
+registry.py maps each model format to its runtime (load_model, prepare_runtime, read_signature,
+detect_format).
+"""

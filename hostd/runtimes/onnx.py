@@ -57,6 +57,23 @@ def _session(source: Path | bytes, device: DeviceSpec):
         raise RuntimeLoadError(f"onnxruntime could not load the model: {e}") from e
 
 
+def prime(device: DeviceSpec) -> None:
+    """Run one trivial graph on the device: ONNX Runtime's first session allocates its thread pools and
+    arenas, a one-time cost that must not be counted as the first model's memory."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "prime",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = _session(m.SerializeToString(), device)
+    sess.run(None, {"x": np.zeros((1, 4), np.float32)})
+    del sess
+
+
 def _dims(shape) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
 
@@ -95,7 +112,7 @@ class OnnxModel(LoadedModel):
         names = outputs or self._output_names
         feed = {k: (_to_str(v) if v.dtype == object else v) for k, v in inputs.items()}
         res = self._sess.run(names, feed)
-        return {n: (_to_bytes(r) if r.dtype == object or r.dtype.kind == "U" else r) for n, r in zip(names, res)}
+        return {n: (_to_bytes(r) if r.dtype == object or r.dtype.kind == "U" else r) for n, r in zip(names, res, strict=True)}
 
     def close(self) -> None:
         self._sess = None  # the session's arenas are freed when the last reference goes

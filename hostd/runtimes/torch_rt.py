@@ -1,6 +1,6 @@
 """TorchScript (torch.jit) and torch.export (.pt2) models. Never unpickles arbitrary objects:
 TorchScript archives load through torch.jit's restricted loader, and .pt2 through torch.export.load;
-plain torch.save pickles are refused before they reach here (see base.detect_format)."""
+plain torch.save pickles are refused before they reach here (see registry.detect_format)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def _torch(device: DeviceSpec):
         if device.torch_threads and torch.get_num_threads() != device.torch_threads:
             torch.set_num_threads(device.torch_threads)
     return torch
+
+
+def prime(device: DeviceSpec) -> None:
+    """Import torch and run one matmul on the device: importing torch alone takes ~200 MB, a one-time
+    cost that must not be counted as the first model's memory."""
+    import torch
+
+    with torch.inference_mode():
+        (torch.ones(4, 4, device=device.name) @ torch.ones(4, 4, device=device.name)).sum().item()
 
 
 _TORCH_TO_V2 = {
@@ -103,7 +112,7 @@ class TorchModel(LoadedModel):
             res = tuple(res[n] for n in self._output_names)
         if len(res) != len(self._output_names):
             raise RuntimeError(f"model returned {len(res)} outputs, the manifest declares {len(self._output_names)}")
-        out = {n: r.detach().to("cpu").numpy() for n, r in zip(self._output_names, res)}
+        out = {n: r.detach().to("cpu").numpy() for n, r in zip(self._output_names, res, strict=True)}
         return {n: out[n] for n in (outputs or self._output_names)}
 
     def close(self) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hostd.runtimes.base import DeviceSpec, load_model
+from hostd.runtimes.base import DeviceSpec
+from hostd.runtimes.registry import load_model
 from mmhost.demo_models import torch_reference
 from ground.manifest import ModelFormat
 from ground.settings import S3Settings

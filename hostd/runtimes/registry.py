@@ -1,0 +1,85 @@
+"""The runtime of each model format, and the entry points that pick one: load, prime, read a signature,
+detect a file's format.
+
+onnxruntime and torch are imported only when a model of theirs is loaded or primed, so a hostd serving only
+ONNX stays small.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ground.manifest import ModelFormat, ModelManifest, TensorSpec
+from hostd.runtimes import onnx, torch_rt
+from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+
+Signature = tuple[list[TensorSpec], list[TensorSpec]]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    kind: str  # one library's one-time set-up covers every format of the same kind
+    load: Callable[[Path | bytes, ModelManifest, DeviceSpec], LoadedModel]
+    prime: Callable[[DeviceSpec], None]
+    signature: Callable[[Path], Signature] | None  # None: the file does not declare its inputs and outputs
+
+
+RUNTIMES: dict[ModelFormat, Runtime] = {
+    ModelFormat.ONNX: Runtime("onnx", onnx.OnnxModel, onnx.prime, onnx.onnx_signature),
+    ModelFormat.TORCHSCRIPT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, None),
+    ModelFormat.TORCH_EXPORT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, torch_rt.export_signature),
+}
+
+_primed: set[tuple[str, str]] = set()
+
+
+def prepare_runtime(fmt: ModelFormat, device: DeviceSpec) -> None:
+    """Import the runtime and run one trivial model on the device ahead of the first load, so that the
+    memory measured around a load is the model's own, not the library's one-time cost (importing torch
+    alone takes ~200 MB; ONNX Runtime's first session allocates its thread pools and arenas)."""
+    rt = RUNTIMES[fmt]
+    if (rt.kind, device.name) in _primed:
+        return
+    rt.prime(device)
+    _primed.add((rt.kind, device.name))
+
+
+def load_model(source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
+    """`source` is the model file, or its bytes (the host-RAM tier: no disk read on a reload)."""
+    return RUNTIMES[manifest.format].load(source, manifest, device)
+
+
+def read_signature(path: Path, fmt: ModelFormat) -> Signature | None:
+    """Inputs and outputs as the file declares them; None where the format does not carry them
+    (TorchScript), in which case the uploader must state them."""
+    signature = RUNTIMES[fmt].signature
+    return signature(path) if signature is not None else None
+
+
+def detect_format(path: Path) -> ModelFormat:
+    """By content, never by trusting the extension alone."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] == b"PK":  # zip archive: TorchScript or torch.export
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except zipfile.BadZipFile as e:
+            raise RuntimeLoadError(f"{path.name}: not a valid zip archive: {e}") from e
+        if any(n.endswith("serialized_exported_program.json") or "/models/" in n and n.endswith(".json")
+               for n in names):
+            return ModelFormat.TORCH_EXPORT
+        if any(n.endswith("constants.pkl") or n.endswith("/code/__torch__.py") or "/code/" in n for n in names):
+            return ModelFormat.TORCHSCRIPT
+        if any(n.endswith("data.pkl") for n in names):
+            raise RuntimeLoadError(
+                f"{path.name}: a pickled torch object (torch.save); refused because unpickling can run "
+                "arbitrary code. Export the model with torch.jit.script/trace or torch.export instead."
+            )
+        raise RuntimeLoadError(f"{path.name}: unrecognised zip archive")
+    if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+        raise RuntimeLoadError(f"{path.name}: a Python pickle; refused because unpickling can run arbitrary code")
+    return ModelFormat.ONNX

@@ -48,8 +48,9 @@ def main() -> None:
     print(f"{'conc':>5} | {'on req/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'off req/s':>9} {'p50 ms':>7} {'p99 ms':>7} | on/off")
     for c, on, off_r in rows:
         ratio = on["rps"] / off_r["rps"] if off_r["rps"] else float("nan")
+        errors = f"  errors on={on['errors']} off={off_r['errors']}" if on["errors"] or off_r["errors"] else ""
         print(f"{c:>5} | {on['rps']:9.0f} {on['p50']:7.2f} {on['p99']:7.2f} | {off_r['rps']:9.0f} {off_r['p50']:7.2f} "
-              f"{off_r['p99']:7.2f} | {ratio:5.2f}x" + (f"  errors on={on['errors']} off={off_r['errors']}" if on["errors"] or off_r["errors"] else ""))
+              f"{off_r['p99']:7.2f} | {ratio:5.2f}x" + errors)
 
 
 if __name__ == "__main__":

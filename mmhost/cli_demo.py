@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                 ))
                 hosts.append(addr)
             with console.status("starting two hostds"):
-                for addr, p in zip(hosts, procs):
+                for addr, p in zip(hosts, procs, strict=True):
                     _wait_serving(addr, p)
             console.print(f"[bold]hostds[/] {', '.join(hosts)} (logs in {workdir.resolve()})")
             console.print(f"[bold]endpoint[/] {listen} (KServe v2 / Triton gRPC, through the router), "

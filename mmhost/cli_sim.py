@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,23 +15,23 @@ from rich.table import Table
 
 sim_app = typer.Typer(no_args_is_help=True, help="Simulate cache size, eviction policy and batching choices.")
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML or JSON config; flags override")]
-TraceOpt = Annotated[Optional[Path], typer.Option("--trace", help="replay a router access log (JSON lines)")]
-ModelsOpt = Annotated[Optional[int], typer.Option("--models", help="synthetic: number of models")]
-RequestsOpt = Annotated[Optional[int], typer.Option("--requests", help="synthetic: number of requests")]
-TenantsOpt = Annotated[Optional[int], typer.Option("--tenants", help="synthetic: number of tenants")]
-ZipfOpt = Annotated[Optional[float], typer.Option("--zipf", help="synthetic: popularity exponent")]
-SizeOpt = Annotated[Optional[float], typer.Option("--size-median", help="synthetic: median model bytes")]
-SigmaOpt = Annotated[Optional[float], typer.Option("--size-sigma", help="synthetic: lognormal sigma")]
-RateOpt = Annotated[Optional[float], typer.Option("--rate", help="synthetic: requests per second")]
-ArrOpt = Annotated[Optional[str], typer.Option("--arrivals", help="synthetic: poisson or bursty")]
-DriftOpt = Annotated[Optional[float], typer.Option("--drift-period", help="synthetic: seconds between drifts")]
-NoisyOpt = Annotated[Optional[int], typer.Option("--noisy-models", help="synthetic: models of a noisy tenant")]
-NShareOpt = Annotated[Optional[float], typer.Option("--noisy-share", help="synthetic: noisy share of requests")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="synthetic: random seed")]
-PolicyOpt = Annotated[Optional[list[str]], typer.Option("--policy", "-p", help="lru, gdsf, offline; repeat")]
-CostsOpt = Annotated[Optional[Path], typer.Option("--costs", help="measured costs, JSON (sim.costs.calibrate)")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="folder for CSV/JSON/PNG outputs")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or JSON config; flags override")]
+TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay a router access log (JSON lines)")]
+ModelsOpt = Annotated[int | None, typer.Option("--models", help="synthetic: number of models")]
+RequestsOpt = Annotated[int | None, typer.Option("--requests", help="synthetic: number of requests")]
+TenantsOpt = Annotated[int | None, typer.Option("--tenants", help="synthetic: number of tenants")]
+ZipfOpt = Annotated[float | None, typer.Option("--zipf", help="synthetic: popularity exponent")]
+SizeOpt = Annotated[float | None, typer.Option("--size-median", help="synthetic: median model bytes")]
+SigmaOpt = Annotated[float | None, typer.Option("--size-sigma", help="synthetic: lognormal sigma")]
+RateOpt = Annotated[float | None, typer.Option("--rate", help="synthetic: requests per second")]
+ArrOpt = Annotated[str | None, typer.Option("--arrivals", help="synthetic: poisson or bursty")]
+DriftOpt = Annotated[float | None, typer.Option("--drift-period", help="synthetic: seconds between drifts")]
+NoisyOpt = Annotated[int | None, typer.Option("--noisy-models", help="synthetic: models of a noisy tenant")]
+NShareOpt = Annotated[float | None, typer.Option("--noisy-share", help="synthetic: noisy share of requests")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="synthetic: random seed")]
+PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", "-p", help="lru, gdsf, offline; repeat")]
+CostsOpt = Annotated[Path | None, typer.Option("--costs", help="measured costs, JSON (sim.costs.calibrate)")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="folder for CSV/JSON/PNG outputs")]
 
 
 def _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, arrivals, drift, noisy, nshare,
@@ -95,10 +95,10 @@ def run_cmd(
     rate: RateOpt = None, arrivals: ArrOpt = None, drift_period: DriftOpt = None, noisy_models: NoisyOpt = None,
     noisy_share: NShareOpt = None, seed: SeedOpt = None, policy: PolicyOpt = None, costs: CostsOpt = None,
     out: OutOpt = None,
-    cache_fraction: Annotated[Optional[float], typer.Option(help="cache size, share of all model bytes")] = None,
-    cache_bytes: Annotated[Optional[int], typer.Option(help="cache size in bytes (per host)")] = None,
-    mode: Annotated[Optional[str], typer.Option(help="cache (fast path) or full (batching, latency)")] = None,
-    hosts: Annotated[Optional[int], typer.Option(help="full mode: number of hosts")] = None,
+    cache_fraction: Annotated[float | None, typer.Option(help="cache size, share of all model bytes")] = None,
+    cache_bytes: Annotated[int | None, typer.Option(help="cache size in bytes (per host)")] = None,
+    mode: Annotated[str | None, typer.Option(help="cache (fast path) or full (batching, latency)")] = None,
+    hosts: Annotated[int | None, typer.Option(help="full mode: number of hosts")] = None,
     per_tenant: Annotated[bool, typer.Option(help="also print a per-tenant table")] = True,
 ) -> None:
     """Run each policy on one workload and compare them."""
@@ -149,7 +149,7 @@ def sweep_cmd(
     rate: RateOpt = None, arrivals: ArrOpt = None, drift_period: DriftOpt = None, noisy_models: NoisyOpt = None,
     noisy_share: NShareOpt = None, seed: SeedOpt = None, policy: PolicyOpt = None, costs: CostsOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for mrc.csv and mrc.png")] = Path("sim-out"),
-    sizes: Annotated[Optional[str], typer.Option(help="cache sizes as shares of all bytes, e.g. 0.05,0.1,0.2")] = None,
+    sizes: Annotated[str | None, typer.Option(help="cache sizes as shares of all bytes, e.g. 0.05,0.1,0.2")] = None,
 ) -> None:
     """Miss-ratio curves: every policy at every cache size (cache-only fast path) -> table, CSV, PNG."""
     from sim.mrc import plot, sweep, write_csv

@@ -4,7 +4,6 @@ catalog.index. Settings (S3 from MMHOST_S3_*, overridable by --s3-endpoint) are 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -45,11 +44,11 @@ def upload_cmd(
     store: str = STORE,
     tenant: str = typer.Option(..., "--tenant"),
     model: str = typer.Option(..., "--model"),
-    version: Optional[str] = typer.Option(None, "--version", help="default: one past the highest existing version"),
-    fmt: Optional[ModelFormat] = typer.Option(None, "--format", help="checked against the file's content"),
+    version: str | None = typer.Option(None, "--version", help="default: one past the highest existing version"),
+    fmt: ModelFormat | None = typer.Option(None, "--format", help="checked against the file's content"),
     inputs: list[str] = typer.Option([], "--input", help="name:DTYPE:d1,d2 (-1 = dynamic); required for TorchScript"),
     outputs: list[str] = typer.Option([], "--output", help="name:DTYPE:d1,d2; required for TorchScript"),
-    max_batch_size: Optional[int] = typer.Option(
+    max_batch_size: int | None = typer.Option(
         None, "--max-batch-size", min=0, help="default 32 when the first dimension is dynamic; 0 turns batching off"
     ),
     instance_count: int = typer.Option(1, "--instance-count", min=1, max=64),
@@ -57,10 +56,10 @@ def upload_cmd(
     max_bytes: int = typer.Option(2 << 30, "--max-bytes", min=1, envvar="MMHOST_UPLOAD_MAX_BYTES", help="size limit"),
     uploaded_by: str = typer.Option("", "--uploaded-by", envvar="USER"),
     description: str = typer.Option("", "--description"),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON manifest options (batching, queue policy, instances)"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="index the new version"),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON manifest options (batching, queue policy, instances)"),
+    redis_url: str | None = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="index the new version"),
     redis_prefix: str = REDIS_PREFIX,
-    s3_endpoint: Optional[str] = S3_ENDPOINT,
+    s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Validate a model, upload it as a new version (manifest last) and print the version."""
     from catalog.index import CatalogUnavailable
@@ -119,10 +118,10 @@ def upload_cmd(
 @catalog_app.command("list")
 def list_cmd(
     store: str = STORE,
-    tenant: Optional[str] = typer.Option(None, "--tenant"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="read the Redis index"),
+    tenant: str | None = typer.Option(None, "--tenant"),
+    redis_url: str | None = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="read the Redis index"),
     redis_prefix: str = REDIS_PREFIX,
-    s3_endpoint: Optional[str] = S3_ENDPOINT,
+    s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Show the stored models: versions, policy, and the newest version's format, size and uploader."""
     from catalog.index import CatalogUnavailable, StorageCatalog
@@ -160,7 +159,7 @@ def rebuild_cmd(
     store: str = STORE,
     redis_url: str = typer.Option(..., "--redis", envvar="MMHOST_REDIS_URL"),
     redis_prefix: str = REDIS_PREFIX,
-    s3_endpoint: Optional[str] = S3_ENDPOINT,
+    s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Rebuild the Redis catalog index from storage (the source of truth); safe at any time."""
     from catalog.index import CatalogUnavailable
@@ -201,13 +200,13 @@ def parse_policy(kind: str, value: str | None) -> VersionPolicy:
 @catalog_app.command("set-policy")
 def set_policy_cmd(
     kind: str = typer.Argument(..., help="latest | pinned | split"),
-    value: Optional[str] = typer.Argument(None, help="the version (pinned) or v1=0.9,v2=0.1 (split)"),
+    value: str | None = typer.Argument(None, help="the version (pinned) or v1=0.9,v2=0.1 (split)"),
     store: str = STORE,
     tenant: str = typer.Option(..., "--tenant"),
     model: str = typer.Option(..., "--model"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="update the index too"),
+    redis_url: str | None = typer.Option(None, "--redis", envvar="MMHOST_REDIS_URL", help="update the index too"),
     redis_prefix: str = REDIS_PREFIX,
-    s3_endpoint: Optional[str] = S3_ENDPOINT,
+    s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Set which version requests without an explicit version get. Written to storage, then indexed."""
     from catalog.index import CatalogUnavailable

@@ -152,7 +152,7 @@ def test_ports_probes_and_scrape_targets_match_the_settings(rendered, overlay, c
     from router.forward import SERVICE as ROUTER_SERVICE
 
     services = objects(rendered, overlay, "Service")
-    for wl, spec, c in mmhost_containers(rendered, overlay):
+    for wl, _spec, c in mmhost_containers(rendered, overlay):
         role = c["args"][0]
         s = run_role(c, resolve_env(rendered, overlay, c), clean_env)
         main = s["HostdSettings" if role == "hostd" else "RouterSettings"]

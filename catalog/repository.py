@@ -6,7 +6,6 @@ never visible here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 import random
 
@@ -128,7 +127,3 @@ def resolve_manifest(
     except VersionNotFound as e:
         raise ModelNotFound(f"model {model!r}: {e}") from None
     return manifest(tenant, model, v)
-
-
-def manifest_json(manifest: ModelManifest) -> str:
-    return json.dumps(json.loads(manifest.model_dump_json()), indent=2)

@@ -182,10 +182,6 @@ class ModelManifest(BaseModel):
         return self.model_copy(update={"max_batch_size": mbs})
 
     @property
-    def batching_enabled(self) -> bool:
-        return bool(self.max_batch_size) and (self.dynamic_batching is None or self.dynamic_batching.enabled)
-
-    @property
     def batching(self) -> DynamicBatching:
         return self.dynamic_batching or DynamicBatching()
 

@@ -27,11 +27,3 @@ def parse_bytes(text: str | int, total: int | None = None) -> int:
     if unit not in _UNITS:
         raise ValueError(f"unknown unit {unit!r} in {text!r}")
     return int(num * _UNITS[unit])
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

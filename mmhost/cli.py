@@ -18,13 +18,7 @@ def _register() -> None:
 
     for mod in ("mmhost.cli_hostd", "mmhost.cli_demo", "mmhost.cli_store", "mmhost.cli_sim", "mmhost.cli_router",
                 "mmhost.cli_top"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name == mod:  # that part is not built yet
-                continue
-            raise
-        m.register(app)
+        importlib.import_module(mod).register(app)
 
 
 _register()

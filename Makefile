@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test protos bench clean tools
+.PHONY: setup demo lint test protos bench clean tools
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,14 @@ tools:
 demo: setup
 	$(PY) -m mmhost.cli demo
 
-test: setup tools
+# Guardrails (configured in pyproject.toml): package layers, ruff, and mypy on the ground floor and the
+# pure policy modules. `make test` runs them first and stops on any finding.
+lint: setup
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: setup tools lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 protos: setup

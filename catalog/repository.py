@@ -84,7 +84,11 @@ class ModelRepository:
             raw = self.storage.read_bytes(model_prefix(tenant, model) + POLICY_NAME)
         except ObjectNotFound:
             return VersionPolicy()
-        return VersionPolicy.model_validate_json(raw)
+        try:
+            return VersionPolicy.model_validate_json(raw)
+        except (ValidationError, ValueError) as e:
+            raise ManifestInvalid(f"{self.description}: version policy of {tenant}/{model} is invalid: "
+                                  f"{str(e)[:200]}") from e
 
     def set_policy(self, tenant: str, model: str, policy: VersionPolicy) -> None:
         self.storage.put_bytes(model_prefix(tenant, model) + POLICY_NAME, policy.model_dump_json().encode())

@@ -11,6 +11,13 @@ from pathlib import Path
 from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, Storage, StorageError
 
 _CHUNK = 1 << 20
+_NAME_MAX = 255  # bytes per path component on every common filesystem
+
+
+def _usable(key: str) -> bool:
+    """A key this filesystem can hold: no NUL byte, no component longer than NAME_MAX bytes. Any other key
+    names nothing here (reads: not found), so odd names never reach the OS as errors."""
+    return "\0" not in key and all(len(part.encode()) <= _NAME_MAX for part in key.split("/"))
 
 
 class LocalStorage(Storage):
@@ -19,12 +26,16 @@ class LocalStorage(Storage):
         self.description = f"local store {self.root}"
 
     def _path(self, key: str) -> Path:
+        if not _usable(key):
+            raise ObjectNotFound(f"{self.description}: no object {key[:64]!r}: not a usable name here")
         p = (self.root / key).resolve()
         if p != self.root and self.root not in p.parents:
             raise StorageError(f"{self.description}: key {key!r} escapes the store root")
         return p
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if not _usable(prefix):
+            return
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         if base.is_file():
             yield ObjectInfo(prefix, base.stat().st_size)
@@ -39,6 +50,8 @@ class LocalStorage(Storage):
                 yield ObjectInfo(full.relative_to(self.root).as_posix(), full.stat().st_size)
 
     def list_dirs(self, prefix: str) -> list[str]:
+        if not _usable(prefix):
+            return []
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         if not base.is_dir():
             return []

@@ -108,6 +108,26 @@ def _check_outputs(spec: list[TensorSpec], got: dict[str, np.ndarray]) -> None:
             )
 
 
+def _external_data(path: Path) -> list[str]:
+    """The external data files an ONNX model's tensors point to (empty for a self-contained model)."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    graphs, files = [model.graph], []
+    while graphs:
+        g = graphs.pop()
+        tensors = list(g.initializer)
+        for node in g.node:
+            for attr in node.attribute:
+                tensors += [attr.t, *attr.tensors]
+                graphs += [attr.g, *attr.graphs]
+        for t in tensors:
+            if uses_external_data(t):
+                files += [e.value for e in t.external_data if e.key == "location"]
+    return sorted(set(files))
+
+
 def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
     """Every check that needs no store. Returns the manifest to publish (files are filled in by publish)."""
     from hostd.runtimes.base import DeviceSpec, RuntimeLoadError
@@ -130,6 +150,12 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
         raise UploadRefused(str(e)) from None
     if req.format is not None and req.format is not fmt:
         raise UploadRefused(f"{req.file.name}: --format {req.format.value} given, but the file is {fmt.value}")
+    if fmt is ModelFormat.ONNX and _external_data(req.file):
+        raise UploadRefused(
+            f"{req.file.name} keeps its weights in external data files ({', '.join(_external_data(req.file)[:3])}), "
+            "which an upload would not carry: save the model as one file "
+            "(onnx.save_model(model, path, save_as_external_data=False)) and upload that"
+        )
     try:
         sig = read_signature(req.file, fmt)
     except RuntimeLoadError as e:

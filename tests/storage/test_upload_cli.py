@@ -102,6 +102,20 @@ def test_refuses_an_oversize_file(cli, s3_uri, repo, demo_files):
     assert list(repo.storage.list("")) == []
 
 
+def test_refuses_an_onnx_model_with_external_data(cli, s3_uri, repo, demo_files, tmp_path):
+    import onnx
+
+    split = tmp_path / "split" / "model.onnx"
+    split.parent.mkdir()
+    onnx.save_model(onnx.load(str(demo_files / "mlp.onnx")), str(split), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    assert (split.parent / "weights.bin").is_file()  # it loads locally, so only this check stops it
+    r = cli("upload", "--store", s3_uri, "--tenant", "acme", "--model", "split", split)
+    assert r.exit_code == 1
+    assert "external data" in r.output and "weights.bin" in r.output
+    assert list(repo.storage.list("")) == []
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_refuses_a_corrupt_onnx_file(cli, s3_uri, repo, demo_files, tmp_path, damage):
     good = (demo_files / "mlp.onnx").read_bytes()

@@ -81,3 +81,48 @@ def test_encode_raw_and_typed():
     assert list(typed.outputs[0].shape) == [2, 3]
     half = encode_response(r, M, {"y": y.astype(np.float16)}, ["y"], raw=False)
     assert half.outputs[0].datatype == "FP16" and len(half.raw_output_contents) == 1
+
+
+def _encode_by_append(r, m, outputs, names, raw):
+    """The response built field by field (the way encode_response used to): the reference for the bytes."""
+    resp = pb.ModelInferResponse(model_name=r.model_name, model_version=m.version, id=r.id)
+    for name in names:
+        arr = outputs[name]
+        dt = "BYTES" if arr.dtype == object else {np.float32: "FP32", np.float16: "FP16", np.int64: "INT64",
+                                                   np.bool_: "BOOL"}[arr.dtype.type]
+        resp.outputs.add(name=name, datatype=dt, shape=arr.shape)
+        resp.raw_output_contents.append(encode_bytes_raw(arr) if dt == "BYTES" else np.ascontiguousarray(arr).tobytes())
+    return resp
+
+
+def test_raw_response_is_byte_for_byte_the_same_for_any_layout():
+    r = req()
+    r.id = "abc"
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    outputs = {
+        "y": base[:, ::2],  # strided: not C-contiguous
+        "t": base.T,  # Fortran order
+        "i": np.arange(3, dtype=np.int64),
+        "b": np.array([[True, False]]),
+        "h": np.full((2, 2), 0.5, np.float16),
+        "s": np.array([[b"a"], [b"\xc3\xa9t\xc3\xa9"]], dtype=object),
+        "z": np.zeros((0, 3), np.float32),
+        "c": np.float32(7.0).reshape(()),  # 0-d
+    }
+    names = list(outputs)
+    got = encode_response(r, M, outputs, names, raw=True)
+    assert got.SerializeToString() == _encode_by_append(r, M, outputs, names, True).SerializeToString()
+    assert np.frombuffer(got.raw_output_contents[1], np.float32).reshape(6, 4).tolist() == base.T.tolist()
+    assert [o.name for o in got.outputs] == names and got.id == "abc" and got.model_version == "1"
+    assert list(got.outputs[7].shape) == [] and len(got.raw_output_contents[6]) == 0
+
+
+def test_typed_response_unchanged_and_fp16_makes_it_raw():
+    r = req()
+    y = np.arange(6, dtype=np.float32).reshape(2, 3)
+    typed = encode_response(r, M, {"y": y, "s": np.array([b"q", "w"], dtype=object)}, ["y", "s"], raw=False)
+    assert not typed.raw_output_contents
+    assert list(typed.outputs[1].contents.bytes_contents) == [b"q", b"w"] and typed.outputs[1].datatype == "BYTES"
+    outs = {"y": y, "h": y.astype(np.float16)}
+    mixed = encode_response(r, M, outs, ["y", "h"], raw=False)
+    assert mixed.SerializeToString() == _encode_by_append(r, M, outs, ["y", "h"], True).SerializeToString()

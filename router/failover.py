@@ -8,21 +8,31 @@ request may run again on another host.
 - A reason that belongs to this host's state for one model (no capacity, unloading, storage down, queue
   full): try another host, the host stays up.
 - Everything else (the caller's mistake, a shed that holds everywhere, a model's own failure): final.
-  A model's failure to load is that model's error, never the host's (`load_failed`)."""
+  A model's failure to load is that model's error, never the host's (`load_failed`).
+
+Pure (no grpc import): a status code is read by its name, so grpc.StatusCode members and anything else with
+the same names will do."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
-
-import grpc
+from typing import Protocol
 
 from ground.wire import HOST_LEAVING, TRY_ELSEWHERE, reason_of, retry_after_ms
 
-NEVER_RETRY = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                         grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
-                         grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAUTHENTICATED,
-                         grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.FAILED_PRECONDITION})
+# status code names (grpc.StatusCode member names)
+NEVER_RETRY = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED",
+                         "UNAUTHENTICATED", "PERMISSION_DENIED", "FAILED_PRECONDITION"})
+# what a failed transport reports when no mmhost process answered (refused, reset, torn down)
+TRANSPORT_FAILURE = frozenset({"UNAVAILABLE", "UNKNOWN", "INTERNAL"})
+
+
+class StatusCode(Protocol):
+    """A gRPC status code, e.g. a grpc.StatusCode member."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class Outcome(Enum):
@@ -31,23 +41,22 @@ class Outcome(Enum):
     FINAL = "final"  # the caller gets this status
 
 
-def classify(code: grpc.StatusCode, trailing: Sequence[tuple[str, str | bytes]] | None) -> Outcome:
-    if code is grpc.StatusCode.OK:
+def classify(code: StatusCode, trailing: Sequence[tuple[str, str | bytes]] | None) -> Outcome:
+    if code.name == "OK":
         return Outcome.FINAL
     reason = reason_of(trailing)
     if reason is None:  # no mmhost process answered: the transport failed
-        transport = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
-        return Outcome.HOST_DOWN if transport else Outcome.FINAL
+        return Outcome.HOST_DOWN if code.name in TRANSPORT_FAILURE else Outcome.FINAL
     if reason in HOST_LEAVING:
         return Outcome.HOST_DOWN
-    if code in NEVER_RETRY:
+    if code.name in NEVER_RETRY:
         return Outcome.FINAL
     if reason in TRY_ELSEWHERE:
         return Outcome.ELSEWHERE
     return Outcome.FINAL
 
 
-__all__ = ["NEVER_RETRY", "Outcome", "RetryBudget", "classify", "retry_after_ms"]
+__all__ = ["NEVER_RETRY", "TRANSPORT_FAILURE", "Outcome", "RetryBudget", "StatusCode", "classify", "retry_after_ms"]
 
 
 class RetryBudget:

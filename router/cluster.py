@@ -44,7 +44,7 @@ def model_key(tenant: str, model: str, version: str = "") -> str:
     return f"{tenant}/{model}/{version}" if version else f"{tenant}/{model}"
 
 
-def host_view(s: hc.HostStatus) -> tuple[HostView, dict[str, int]]:
+def view_from_status(s: hc.HostStatus) -> tuple[HostView, dict[str, int]]:
     """The placement policy's view of one host, and the measured size of each model on it."""
     models: dict[str, ModelLoad] = {}
     sizes: dict[str, int] = {}
@@ -94,7 +94,7 @@ class ClusterView:
                 continue
             if h.state is HostState.DOWN and h.down_at_sent is not None and s.sent_unix <= h.down_at_sent:
                 continue  # the same (stale) status we had when it failed
-            h.view, host_sizes = host_view(s)
+            h.view, host_sizes = view_from_status(s)
             sizes.update(host_sizes)
             h.status, h.host_id, h.sent_unix, h.down_at_sent = s, s.host_id, s.sent_unix, None
             h.state = HostState.DRAINING if s.draining else HostState.UP
@@ -171,7 +171,7 @@ class HeartbeatReader:
         raws = await self.r.mget([status_key(self.prefix, i) for i in ids])
         out: dict[str, hc.HostStatus | None] = {}
         gone = []
-        for i, raw in zip(ids, raws):
+        for i, raw in zip(ids, raws, strict=True):
             if raw is None:
                 gone.append(i)
                 continue
@@ -201,4 +201,4 @@ class StaticHosts:
             return s
 
         results = await asyncio.gather(*(one(a) for a in self.addresses))
-        return dict(zip(self.addresses, results))
+        return dict(zip(self.addresses, results, strict=True))

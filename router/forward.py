@@ -1,13 +1,16 @@
-"""Forwarding raw bytes to hostds: one channel per host, multicallables without serializers (bytes in,
-bytes out), so the router never decodes tensors."""
+"""Forwarding raw bytes to hostds over gRPC: one channel per host, multicallables without serializers (bytes
+in, bytes out), so the router never decodes tensors. Forwarder is the dispatcher's HostClient
+(router/host_client.py): gRPC errors become HostErrors here and nowhere else."""
 
 from __future__ import annotations
 
 from grpc import aio
 
+from ground.wire import SERVICE
 from protos import hostd_control_pb2 as hc
+from router.host_client import HostError
 
-SERVICE = "inference.GRPCInferenceService"
+__all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
 STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
 
 
@@ -34,8 +37,11 @@ class Forwarder:
 
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
                     metadata: tuple[tuple[str, str], ...]) -> bytes:
-        """The hostd's response bytes; grpc.aio.AioRpcError on any failure."""
-        return await self._callable(address, method)(body, timeout=timeout, metadata=metadata)
+        """The hostd's response bytes; HostError on any failure."""
+        try:
+            return await self._callable(address, method)(body, timeout=timeout, metadata=metadata)
+        except aio.AioRpcError as e:
+            raise HostError(e.code(), e.details() or "", tuple(e.trailing_metadata() or ())) from None
 
     async def status(self, address: str, timeout: float) -> hc.HostStatus:
         c = self._channel(address).unary_unary(STATUS_METHOD, request_serializer=hc.StatusRequest.SerializeToString,

@@ -64,7 +64,7 @@ class PlacementConfig:
 
 
 @dataclass(frozen=True)
-class Placement:
+class PlacementDecision:
     host: str | None
     reason: Reason
     replicate_to: str | None = None  # start loading another copy here (hot model)
@@ -125,7 +125,7 @@ def place(
     size_bytes: int = 0,
     draws: tuple[float, float] = (0.0, 0.5),
     cfg: PlacementConfig = PlacementConfig(),
-) -> Placement:
+) -> PlacementDecision:
     """Where a request for `key` goes. `hosts` are the eligible hosts; `local_inflight` is this router's
     in-flight requests for `key` per host; `pending` the loads of `key` this router started (host -> time
     sent, same clock as `now`); `rate` the model's request rate as this router sees it (requests/s)."""
@@ -140,13 +140,13 @@ def place(
             have = {h.address for h in ready}
             target = load_target(key, [h for h in hosts if h.address not in have], size_bytes, cfg)
             replicate = target.address if target is not None else None
-        return Placement(chosen.address, Reason.READY, replicate)
+        return PlacementDecision(chosen.address, Reason.READY, replicate)
     if loading:
-        return Placement(max(loading, key=lambda h: affinity(key, h.address)).address, Reason.LOADING)
+        return PlacementDecision(max(loading, key=lambda h: affinity(key, h.address)).address, Reason.LOADING)
     target = load_target(key, hosts, size_bytes, cfg)
     if target is None:
-        return Placement(None, Reason.NO_HOST)
-    return Placement(target.address, Reason.LOAD)
+        return PlacementDecision(None, Reason.NO_HOST)
+    return PlacementDecision(target.address, Reason.LOAD)
 
 
 def _is_hot(key: str, ready: Sequence[HostView], local: Mapping[str, int], rate: float, cfg: PlacementConfig) -> bool:

@@ -1,11 +1,13 @@
 """The router's composition root: settings in, a running server out. Wires the tenant registry, key index,
-admission quotas, catalog, host view and its source (Redis heartbeats or static hosts), forwarder, metrics, access log and
-servicer; starts and stops the background refreshes; SIGTERM/SIGINT stop it."""
+admission quotas, catalog, host view and its source (Redis heartbeats or static hosts), forwarder, dispatcher,
+metrics, access log and servicer, and the clocks they read; starts and stops the background refreshes;
+SIGTERM/SIGINT stop it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 
 from grpc import aio
@@ -22,9 +24,12 @@ from router.admission import Admission
 from router.auth import KeyIndex
 from router.cluster import ClusterView, HeartbeatReader, StaticHosts
 from router.directory import ModelDirectory
+from router.dispatcher import Dispatcher
+from router.failover import RetryBudget
 from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
+from router.placement_policy import placement_config
 from router.servicer import RouterServicer
 from ground.settings import RouterSettings
 from router.tenants import FileTenants, RedisTenants, TenantRegistry
@@ -46,6 +51,7 @@ def open_catalog(settings: RouterSettings, s3: S3Settings | None, redis_client):
 class Router:
     def __init__(self, settings: RouterSettings, s3: S3Settings | None = None) -> None:
         self.settings = s = settings
+        self.clock, self.wall_clock = time.monotonic, time.time  # the only clocks the router reads
         self.metrics = RouterMetrics()
         self.forwarder = Forwarder(s.max_message_bytes)
         self.cluster = ClusterView()
@@ -74,9 +80,13 @@ class Router:
             self.source = StaticHosts(self.forwarder, s.hosts, s.poll_timeout_s)
             catalog = open_catalog(s, s3, None)
         self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s)
+        self.dispatcher = Dispatcher(hosts=self.forwarder, cluster=self.cluster, local=self.local, metrics=self.metrics,
+                                     clock=self.clock, max_attempts=s.max_attempts,
+                                     budget=RetryBudget(s.retry_budget_ratio, s.retry_budget_cap),
+                                     placement=placement_config(s), rng=random.Random())
         self.servicer = RouterServicer(settings=s, keys=self.keys, directory=self.directory, cluster=self.cluster,
-                                       local=self.local, forwarder=self.forwarder, metrics=self.metrics,
-                                       access_log=self.access_log, admission=self.admission)
+                                       dispatcher=self.dispatcher, metrics=self.metrics, access_log=self.access_log,
+                                       clock=self.clock, wall_clock=self.wall_clock, admission=self.admission)
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None
@@ -89,7 +99,7 @@ class Router:
         statuses = await self.source.read()
         self.cluster.apply(statuses, self.source.complete)
         self.metrics.hosts_up.set(len(self.cluster.eligible()))
-        self.local.sweep(time.monotonic(), self.settings.pending_ttl_s)
+        self.local.sweep(self.clock(), self.settings.pending_ttl_s)
         if self.source.complete:
             await self.forwarder.forget(set(self.cluster.hosts))
 

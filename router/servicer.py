@@ -1,40 +1,35 @@
-"""The v2 inference service and Triton's extensions, as tenants see them on a router. Every method takes
-and returns raw bytes (a generic handler without deserializers); ModelInfer reads only InferHeader
-(model, version, id, parameters) and forwards the request bytes unchanged. Errors are ServingErrors and
-become statuses in hostd's ErrorInterceptor."""
+"""The v2 inference service and Triton's extensions, as tenants see them on a router: a thin adapter. Every
+method takes and returns raw bytes (a generic handler without deserializers), converts, and calls the parts
+that decide: authentication, the tenant's catalog (directory), admission, then the dispatcher (placement,
+forwarding, retries). ModelInfer reads only the routing header (router/header.py) and forwards the request
+bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor."""
 
 from __future__ import annotations
-
-import asyncio
-import logging
-import random
-import time
 
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from ground.errors import (DeadlineExceeded, Forwarded, InvalidArgument, ResourceExhausted, ServingError, Unauthenticated,
-                           Unavailable)
-from ground.settings import RouterSettings
-from ground.wire import EXTENSIONS, TENANT_HEADER, reason_of
-from ground.params import param_int
 from ground import __version__
+from ground.deadlines import deadline_at, remaining_s
+from ground.errors import Forwarded, InvalidArgument, ResourceExhausted, ServingError, Unauthenticated, Unavailable
+from ground.params import param_int
+from ground.settings import RouterSettings
+from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER
 from protos import grpc_service_pb2 as pb
-from protos.router_header_pb2 import InferHeader
 from router.accesslog import AccessLog
 from router.admission import Admission
 from router.admission_policy import ShedReason, check_deadline
 from router.auth import KeyIndex, bearer
 from router.cluster import ClusterView, model_key
 from router.directory import ModelDirectory, not_found
-from router.failover import Outcome, RetryBudget, classify, retry_after_ms
-from router.forward import SERVICE, Forwarder
-from router.local_load import LocalLoad
+from router.dispatcher import Clock, Dispatcher
+from router.header import read_header
+from router.host_client import HostError
 from router.metrics import RouterMetrics
-from router.placement_policy import Placement, PlacementConfig, Reason, place, placement_config
+from router.stats_merge import merge_statistics
 
-log = logging.getLogger(__name__)
+__all__ = ["TENANT_HEADER", "RouterServicer"]
 SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
 
@@ -47,16 +42,14 @@ def _parse(cls, body: bytes):
 
 class RouterServicer:
     def __init__(self, *, settings: RouterSettings, keys: KeyIndex, directory: ModelDirectory, cluster: ClusterView,
-                 local: LocalLoad, forwarder: Forwarder, metrics: RouterMetrics, access_log: AccessLog,
-                 rng: random.Random | None = None, admission: Admission | None = None) -> None:
+                 dispatcher: Dispatcher, metrics: RouterMetrics, access_log: AccessLog, clock: Clock,
+                 wall_clock: Clock, admission: Admission | None = None) -> None:
+        """`clock`: monotonic seconds, the dispatcher's clock too; `wall_clock`: unix seconds (access log)."""
         self.settings = settings
         self.admission = admission or Admission()
-        self.keys, self.directory, self.cluster, self.local = keys, directory, cluster, local
-        self.forwarder, self.metrics, self.access_log = forwarder, metrics, access_log
-        self.pcfg: PlacementConfig = placement_config(settings)
-        self.budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_cap)
-        self.rng = rng or random.Random()
-        self._background: set[asyncio.Task] = set()
+        self.keys, self.directory, self.cluster, self.dispatcher = keys, directory, cluster, dispatcher
+        self.metrics, self.access_log = metrics, access_log
+        self.clock, self.wall_clock = clock, wall_clock
 
     def handler(self) -> grpc.GenericRpcHandler:
         names = ["ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelConfig",
@@ -73,107 +66,27 @@ class RouterServicer:
             raise Unauthenticated("missing or invalid API key: send metadata 'authorization: Bearer <key>'")
         return tenant
 
-    def _deadline(self, context: aio.ServicerContext, now: float) -> float | None:
-        remaining = context.time_remaining()
-        if remaining is not None:
-            return now + remaining
-        return now + self.settings.default_timeout_s if self.settings.default_timeout_s else None
-
-    # -- placement and forwarding -----------------------------------------------------------------
-
-    def _place(self, key: str, excluded: set[str], now: float) -> Placement:
-        hosts = [h for h in self.cluster.eligible() if h.address not in excluded]
-        return place(key, hosts, now, local_inflight=self.local.inflight_for(key), pending=self.local.pending_for(key),
-                     rate=self.local.hit(key, now), size_bytes=self.cluster.size_of(key),
-                     draws=(self.rng.random(), self.rng.random()), cfg=self.pcfg)
+    def _deadline(self, context: aio.ServicerContext, now: float, timeout_us: int | None = None) -> float:
+        """The call's absolute deadline on `self.clock` (INF for none): ground/deadlines.py's one rule, for
+        admission and forwarding alike."""
+        return deadline_at(now, context.time_remaining(), timeout_us, self.settings.default_timeout_s)
 
     async def _forward(self, tenant: str, model: str, version: str, method: str, body: bytes,
-                       context: aio.ServicerContext, *, loads: bool = True) -> tuple[bytes, str]:
-        """Place and forward, retrying on another host within the attempt limit, the retry budget and the
-        deadline. Returns (response bytes, host). `loads`: this call makes the host load the model."""
-        key = model_key(tenant, model, version)
-        md = ((TENANT_HEADER, tenant),)
-        deadline = self._deadline(context, time.monotonic())
-        excluded: set[str] = set()
-        self.budget.deposit()
-        last: ServingError | None = None
-        for attempt in range(1, self.settings.max_attempts + 1):
-            now = time.monotonic()
-            p = self._place(key, excluded, now)
-            if p.host is None:
-                raise last or Unavailable("no host is available", retry_after_ms=500, reason="no_host")
-            self.metrics.placements.labels(p.reason.value).inc()
-            if loads and p.reason is Reason.LOAD:
-                self.local.started_load(key, p.host, now)
-            if p.replicate_to is not None:
-                self._replicate(tenant, model, version, key, p.replicate_to, now)
-            timeout = None if deadline is None else deadline - now
-            if timeout is not None and timeout <= 0:
-                raise DeadlineExceeded("deadline exceeded before the request could be forwarded", reason="deadline")
-            self.local.begin(key, p.host)
-            try:
-                return await self.forwarder.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
-            except aio.AioRpcError as e:
-                trailing = e.trailing_metadata()
-                outcome = classify(e.code(), trailing)
-                err = Forwarded(e.code(), e.details() or "", retry_after_ms(trailing), reason_of(trailing) or "")
-                if outcome is Outcome.HOST_DOWN:
-                    self.local.forget_load(key, p.host)
-                    if self.cluster.mark_down(p.host):
-                        self.metrics.hosts_marked_down.inc()
-                        self.metrics.hosts_up.set(len(self.cluster.eligible()))
-                        log.warning("host %s marked down: %s %s", p.host, e.code().name, e.details())
-                if outcome is Outcome.FINAL or attempt == self.settings.max_attempts:
-                    raise err from None
-                if not self.budget.withdraw():
-                    self.metrics.retry_budget_exhausted.inc()
-                    raise err from None
-                self.metrics.retries.labels(outcome.value).inc()
-                excluded.add(p.host)
-                last = err
-            finally:
-                self.local.end(key, p.host)
-        raise last or Unavailable("no host is available", retry_after_ms=500)  # unreachable: the loop raises
-
-    def _replicate(self, tenant: str, model: str, version: str, key: str, host: str, now: float) -> None:
-        """Start loading another copy of a hot model, without making any request wait for it."""
-        self.local.started_load(key, host, now)
-        self.metrics.replications.inc()
-        req = pb.RepositoryModelLoadRequest(model_name=model)
-        if version:
-            req.parameters["version"].string_param = version
-
-        async def run() -> None:
-            try:
-                await self.forwarder.unary(host, "RepositoryModelLoad", req.SerializeToString(), timeout=300,
-                                           metadata=((TENANT_HEADER, tenant),))
-            except aio.AioRpcError as e:
-                self.local.forget_load(key, host)
-                log.info("extra copy of %s on %s failed: %s %s", key, host, e.code().name, e.details())
-
-        t = asyncio.get_running_loop().create_task(run())
-        self._background.add(t)
-        t.add_done_callback(self._background.discard)
+                       context: aio.ServicerContext, *, loads: bool = True) -> bytes:
+        deadline = self._deadline(context, self.clock())
+        return (await self.dispatcher.forward(tenant, model, version, method, body, deadline=deadline,
+                                              loads=loads))[0]
 
     # -- admission ----------------------------------------------------------------------------------
 
-    def _remaining(self, hdr: InferHeader, context: aio.ServicerContext) -> float | None:
-        """Seconds left: the gRPC deadline, the `timeout` parameter (µs), else the default timeout."""
-        remaining = context.time_remaining()
-        if remaining is None and self.settings.default_timeout_s:
-            remaining = self.settings.default_timeout_s
-        us = _param_int(hdr.parameters, "timeout")
-        if us is not None and us > 0:
-            remaining = us / 1e6 if remaining is None else min(remaining, us / 1e6)
-        return remaining
-
-    def _admit(self, tenant: str, model: str, version: str, hdr: InferHeader, context: aio.ServicerContext) -> None:
+    def _admit(self, tenant: str, model: str, version: str, deadline: float) -> None:
         """Quotas, then deadline feasibility; a refusal raises (and holds no place), an admission holds one
-        concurrency place until `self.admission.leave(tenant)`."""
+        concurrency place until `self._leave(tenant)`."""
+        now = self.clock()
         times = self.cluster.recent_times(model_key(tenant, model, version))
-        feas = check_deadline(self._remaining(hdr, context), times, model)
+        feas = check_deadline(remaining_s(deadline, now), times, model)
         busy_ms = int(feas.expected_ms) if feas.expected_ms else 10
-        d = self.admission.enter(tenant, time.monotonic(), busy_retry_ms=busy_ms)
+        d = self.admission.enter(tenant, now, busy_retry_ms=busy_ms)
         if not d.admit:
             raise ResourceExhausted(d.message, retry_after_ms=d.retry_after_ms, reason=d.reason.value)
         if not feas.admit:
@@ -188,19 +101,21 @@ class RouterServicer:
     # -- inference ----------------------------------------------------------------------------------
 
     async def ModelInfer(self, body: bytes, context: aio.ServicerContext) -> bytes:
-        ts, t0 = time.time(), time.monotonic()
+        ts, t0 = self.wall_clock(), self.clock()
         tenant = self._tenant(context)
-        hdr = _parse(InferHeader, body)
+        hdr = read_header(body)
         model, version = hdr.model_name, hdr.model_version
+        deadline = self._deadline(context, t0, _param_int(hdr.parameters, "timeout"))
         status, host, resp, known, reason = "OK", "", b"", False, None
         try:
             if not model:
                 raise InvalidArgument("model_name is required")
             await self.directory.check(tenant, model, version)
             known = True
-            self._admit(tenant, model, version, hdr, context)
+            self._admit(tenant, model, version, deadline)
             try:
-                resp, host = await self._forward(tenant, model, version, "ModelInfer", body, context)
+                resp, host = await self.dispatcher.forward(tenant, model, version, "ModelInfer", body,
+                                                           deadline=deadline)
             finally:
                 self._leave(tenant)
             return resp
@@ -211,12 +126,12 @@ class RouterServicer:
                 self.metrics.shed.labels(tenant, model if known else "(unknown)", reason).inc()
             raise
         finally:
-            total = time.monotonic() - t0
+            total = self.clock() - t0
             served = version
             if resp:
                 try:
-                    served = InferHeader.FromString(resp).model_version or version
-                except DecodeError:
+                    served = read_header(resp).model_version or version
+                except InvalidArgument:
                     pass
             self.metrics.requests.labels(tenant, model if known else "(unknown)", status).inc()
             self.metrics.forward_seconds.observe(total)
@@ -248,19 +163,19 @@ class RouterServicer:
             await self.directory.check(tenant, req.name, req.version)
         except ServingError:
             return pb.ModelReadyResponse(ready=False).SerializeToString()
-        return (await self._forward(tenant, req.name, req.version, "ModelReady", body, context, loads=False))[0]
+        return await self._forward(tenant, req.name, req.version, "ModelReady", body, context, loads=False)
 
     async def ModelMetadata(self, body: bytes, context) -> bytes:
         tenant = self._tenant(context)
         req = _parse(pb.ModelMetadataRequest, body)
         await self.directory.check(tenant, req.name, req.version)
-        return (await self._forward(tenant, req.name, req.version, "ModelMetadata", body, context, loads=False))[0]
+        return await self._forward(tenant, req.name, req.version, "ModelMetadata", body, context, loads=False)
 
     async def ModelConfig(self, body: bytes, context) -> bytes:
         tenant = self._tenant(context)
         req = _parse(pb.ModelConfigRequest, body)
         await self.directory.check(tenant, req.name, req.version)
-        return (await self._forward(tenant, req.name, req.version, "ModelConfig", body, context, loads=False))[0]
+        return await self._forward(tenant, req.name, req.version, "ModelConfig", body, context, loads=False)
 
     async def RepositoryModelLoad(self, body: bytes, context) -> bytes:
         tenant = self._tenant(context)
@@ -270,7 +185,7 @@ class RouterServicer:
         v = req.parameters.get("version")
         version = v.string_param if v is not None and v.WhichOneof("parameter_choice") == "string_param" else ""
         await self.directory.check(tenant, req.model_name, version)
-        return (await self._forward(tenant, req.model_name, version, "RepositoryModelLoad", body, context))[0]
+        return await self._forward(tenant, req.model_name, version, "RepositoryModelLoad", body, context)
 
     async def RepositoryModelUnload(self, body: bytes, context) -> bytes:
         """Unload from every host that holds the model."""
@@ -279,14 +194,11 @@ class RouterServicer:
         if not req.model_name:
             raise InvalidArgument("model_name is required")
         await self.directory.check(tenant, req.model_name)
-        key = model_key(tenant, req.model_name)
-        timeout = context.time_remaining()
-        calls = [self.forwarder.unary(h, "RepositoryModelUnload", body, timeout=timeout,
-                                      metadata=((TENANT_HEADER, tenant),)) for h in self.cluster.holders(key)]
-        for r in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(r, aio.AioRpcError) and r.code() is not grpc.StatusCode.NOT_FOUND:
-                raise Forwarded(r.code(), r.details() or "", retry_after_ms(r.trailing_metadata()),
-                                reason_of(r.trailing_metadata()) or "")
+        holders = self.cluster.holders(model_key(tenant, req.model_name))
+        for r in await self.dispatcher.broadcast(tenant, holders, "RepositoryModelUnload", body,
+                                                 timeout=context.time_remaining()):
+            if isinstance(r, HostError) and r.code is not grpc.StatusCode.NOT_FOUND:
+                raise r.forwarded()
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
     async def RepositoryIndex(self, body: bytes, context) -> bytes:
@@ -294,7 +206,7 @@ class RouterServicer:
         tenant = self._tenant(context)
         req = _parse(pb.RepositoryIndexRequest, body)
         if not self.directory.enabled:
-            return (await self._forward(tenant, "", "", "RepositoryIndex", body, context, loads=False))[0]
+            return await self._forward(tenant, "", "", "RepositoryIndex", body, context, loads=False)
         states = self.cluster.states(tenant)
         out = []
         for model, versions in await self.directory.listing(tenant):
@@ -306,35 +218,22 @@ class RouterServicer:
         return pb.RepositoryIndexResponse(models=out).SerializeToString()
 
     async def ModelStatistics(self, body: bytes, context) -> bytes:
-        """Every host's statistics for the caller's models, added up."""
+        """Every host's statistics for the caller's models, added up (router/stats_merge.py)."""
         tenant = self._tenant(context)
         req = _parse(pb.ModelStatisticsRequest, body)
         if req.name:
             await self.directory.check(tenant, req.name, req.version)
         hosts = [h.address for h in self.cluster.eligible()]
-        timeout = context.time_remaining() or 10.0
-        results = await asyncio.gather(*(self.forwarder.unary(h, "ModelStatistics", body, timeout=timeout,
-                                                              metadata=((TENANT_HEADER, tenant),)) for h in hosts),
-                                       return_exceptions=True)
-        merged: dict[tuple[str, str], pb.ModelStatistics] = {}
+        results = await self.dispatcher.broadcast(tenant, hosts, "ModelStatistics", body,
+                                                  timeout=context.time_remaining() or 10.0)
+        answers = []
         for r in results:
-            if isinstance(r, aio.AioRpcError):
-                if r.code() is grpc.StatusCode.NOT_FOUND:
+            if isinstance(r, HostError):
+                if r.code is grpc.StatusCode.NOT_FOUND:
                     raise not_found(req.name, req.version)
                 continue  # a host that cannot answer is left out
-            if isinstance(r, BaseException):
-                raise r
-            for s in pb.ModelStatisticsResponse.FromString(r).model_stats:
-                if not s.version and not s.inference_count and not s.execution_count:
-                    continue  # a host that never ran the model says only its name
-                k = (s.name, s.version)
-                if k in merged:
-                    add_stats(merged[k], s)
-                else:
-                    merged[k] = s
-        if req.name and not merged:
-            merged[(req.name, req.version)] = pb.ModelStatistics(name=req.name, version=req.version)
-        return pb.ModelStatisticsResponse(model_stats=[merged[k] for k in sorted(merged)]).SerializeToString()
+            answers.append(pb.ModelStatisticsResponse.FromString(r))
+        return merge_statistics(answers, req.name, req.version).SerializeToString()
 
 
 def _param_int(params, name: str) -> int | None:
@@ -343,24 +242,3 @@ def _param_int(params, name: str) -> int | None:
         return param_int(params, name)
     except ValueError:
         return None
-
-
-def _add_durations(dst, src) -> None:
-    for f in dst.DESCRIPTOR.fields:
-        if f.message_type is not None and f.message_type.name == "StatisticDuration":
-            d, s = getattr(dst, f.name), getattr(src, f.name)
-            d.count += s.count
-            d.ns += s.ns
-
-
-def add_stats(dst: pb.ModelStatistics, src: pb.ModelStatistics) -> None:
-    dst.last_inference = max(dst.last_inference, src.last_inference)
-    dst.inference_count += src.inference_count
-    dst.execution_count += src.execution_count
-    _add_durations(dst.inference_stats, src.inference_stats)
-    by_size = {b.batch_size: b for b in dst.batch_stats}
-    for b in src.batch_stats:
-        if b.batch_size in by_size:
-            _add_durations(by_size[b.batch_size], b)
-        else:
-            dst.batch_stats.add().CopyFrom(b)

@@ -7,10 +7,10 @@ import grpc
 
 from protos import grpc_service_pb2 as pb
 from protos import hostd_control_pb2 as hc
-from protos.router_header_pb2 import InferHeader
 from router.auth import KeyIndex, bearer, hash_key, new_key
 from router.cluster import ClusterView, HostState
 from router.failover import Outcome, RetryBudget, classify
+from router.header import read_header
 
 C = grpc.StatusCode
 
@@ -87,5 +87,6 @@ def test_a_failed_host_stays_down_until_a_newer_status_arrives():
 def test_header_reads_only_the_routing_fields():
     req = pb.ModelInferRequest(model_name="m", model_version="2", id="r", raw_input_contents=[b"x" * 1000])
     req.parameters["priority"].int64_param = 1
-    h = InferHeader.FromString(req.SerializeToString())
+    h = read_header(req.SerializeToString())
     assert (h.model_name, h.model_version, h.id, h.parameters["priority"].int64_param) == ("m", "2", "r", 1)
+    assert h.ByteSize() < 100  # the tensor payload is not kept (tests/router/test_header.py has more)

@@ -159,10 +159,17 @@ def rebuild_cmd(
     store: str = STORE,
     redis_url: str = typer.Option(..., "--redis", envvar="MMHOST_REDIS_URL"),
     redis_prefix: str = REDIS_PREFIX,
+    tenants_prefix: str = typer.Option("mmhost:tenants:", "--tenants-prefix", envvar="MMHOST_ROUTER_TENANTS_PREFIX",
+                                       help="Redis key prefix of the tenant index"),
     s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
-    """Rebuild the Redis catalog index from storage (the source of truth); safe at any time."""
+    """Rebuild the Redis catalog index and the tenant index from storage (the source of truth); safe at any
+    time. Tenants only Redis has are kept (see `mmhost tenant rebuild --prune`)."""
+    from redis import RedisError
+
     from catalog.index import CatalogUnavailable
+    from catalog.tenants_store import TenantStore
+    from router.tenants import RedisTenants, TenantError
     from storage_adapters.base import StorageError
 
     err = Console(stderr=True)
@@ -171,9 +178,13 @@ def rebuild_cmd(
         cat = _redis_catalog(repo, redis_url, redis_prefix)
         with err.status("rebuilding the catalog index") as status:
             report = cat.rebuild(lambda m: status.update(f"indexed {m.tenant}/{m.model} version {m.version}"))
+        typer.echo(str(report))
+        tenants = RedisTenants(cat.r, tenants_prefix, TenantStore(repo.storage)).rebuild()
     except (StorageError, CatalogUnavailable) as e:
         raise _fail(err, str(e)) from None
-    typer.echo(str(report))
+    except (RedisError, TenantError) as e:
+        raise _fail(err, f"tenant index at {cat.location}: {e}") from None
+    typer.echo(f"tenants: {tenants}")
 
 
 def parse_policy(kind: str, value: str | None) -> VersionPolicy:

@@ -32,7 +32,7 @@ from router.metrics import RouterMetrics
 from router.placement_policy import placement_config
 from router.servicer import RouterServicer
 from ground.settings import RouterSettings
-from router.tenants import FileTenants, RedisTenants, TenantRegistry
+from router.tenants import FileTenants, RedisTenants, TenantFeed, TenantRegistry
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class Router:
         self.access_log = AccessLog.open(s.access_log)
         self._aredis = None
         self.tenants: TenantRegistry
+        self.tenant_feed: TenantFeed | None = None
         if s.redis_url:
             import redis.asyncio as aredis
 
@@ -68,6 +69,10 @@ class Router:
 
             sync = connect_redis(s.redis_url)
             self.tenants = RedisTenants(sync, s.tenants_prefix)
+            from catalog.tenants_store import TenantStore
+
+            self.tenant_feed = TenantFeed(RedisTenants(connect_redis(s.redis_url, timeout_s=1.0), s.tenants_prefix),
+                                          TenantStore.open(s.store, s3) if s.store else None)
             self._aredis = aredis.Redis.from_url(s.redis_url, socket_timeout=2, socket_connect_timeout=2)
             self.source = HeartbeatReader(self._aredis, s.heartbeat_prefix)
             catalog = open_catalog(s, s3, sync)
@@ -104,15 +109,21 @@ class Router:
             await self.forwarder.forget(set(self.cluster.hosts))
 
     async def refresh_tenants(self) -> None:
+        if self.tenant_feed is not None:  # Redis mode: keeps the last known set while Redis is empty, down or slow
+            await self.tenant_feed.refresh(time.monotonic(), self._apply_tenants)
+            return
         if isinstance(self.tenants, FileTenants):
             seen = self.tenants.mtime()
             if seen == self._tenants_seen:
                 return
         by_hash, limits = await asyncio.to_thread(lambda: (self.tenants.by_hash(), self.tenants.limits()))
-        self.keys.replace(by_hash)
-        self.admission.replace(limits)
+        self._apply_tenants(by_hash, limits)
         if isinstance(self.tenants, FileTenants):
             self._tenants_seen = seen
+
+    def _apply_tenants(self, by_hash, limits) -> None:
+        self.keys.replace(by_hash)
+        self.admission.replace(limits)
 
     async def _every(self, what: str, fn) -> None:
         failing = False

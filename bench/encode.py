@@ -63,7 +63,8 @@ def main() -> None:
     print(f"{'memcpy 1 MiB':40s} {best_us(lambda: bytearray(buf))[0]:8.0f} us")
     for label, arr in cases.items():
         outs = {"y": arr}
-        old, new = best_us(lambda: encode_old(req, M, outs, ["y"], True), lambda: encode_response(req, M, outs, ["y"], True))
+        old, new = best_us(lambda o=outs: encode_old(req, M, o, ["y"], True),
+                           lambda o=outs: encode_response(req, M, o, ["y"], True))
         assert encode_old(req, M, outs, ["y"], True) == encode_response(req, M, outs, ["y"], True)
         msg = encode_response(req, M, outs, ["y"], True)
         (ser,) = best_us(msg.SerializeToString)

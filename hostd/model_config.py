@@ -13,8 +13,8 @@ def model_config(m: ModelManifest) -> mc.ModelConfig:
     def dims(shape: list[int]) -> list[int]:
         return shape[1:] if batched else shape
 
-    def dtype(d: str) -> int:
-        return mc.DataType.Value("TYPE_STRING" if d == "BYTES" else f"TYPE_{d}")
+    def dtype(d: str) -> str:  # the DataType's name; protobuf takes enum names as well as numbers
+        return "TYPE_STRING" if d == "BYTES" else f"TYPE_{d}"
 
     cfg = mc.ModelConfig(
         name=m.model,

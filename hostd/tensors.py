@@ -71,7 +71,7 @@ def _check_shape(spec: TensorSpec, shape: list[int], max_batch: int) -> None:
         raise InvalidArgument(
             f"input {spec.name!r}: expected {len(spec.shape)} dimensions {spec.shape}, got shape {shape}"
         )
-    for i, (want, got) in enumerate(zip(spec.shape, shape)):
+    for i, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
         if want != -1 and want != got:
             raise InvalidArgument(f"input {spec.name!r}: dimension {i} must be {want}, got shape {shape}")
     if max_batch > 0:
@@ -126,7 +126,7 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
         raise InvalidArgument(
             f"raw_input_contents has {len(raw_list)} entries but the request has {len(req.inputs)} inputs"
         )
-    max_batch = m.max_batch_size
+    max_batch = m.max_batch_size or 0  # resolved manifests say 0 for models that do not batch
     seen: dict[str, np.ndarray] = {}
     rows = None
     total = 0

@@ -106,7 +106,11 @@ def test_storage_stopped_while_resident_models_keep_serving(cli, demo_files, tmp
             infer(h, "cold", x, timeout=60)
         assert time.monotonic() - t0 < FAST_FAIL_S
         assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert srv.endpoint in ei.value.details() and "storage" in ei.value.details(), ei.value.details()
+        assert "storage" in ei.value.details(), ei.value.details()
+        # the tenant is told storage is down, never where it lives; the operator's log names it
+        assert srv.endpoint not in ei.value.details() and "models" not in ei.value.details(), ei.value.details()
+        assert dict(ei.value.trailing_metadata() or ()).get("mmhost-reason") == "storage_down"
+        assert srv.endpoint in h.log()
 
         for _ in range(20):  # the resident model serves throughout, storage or not
             np.testing.assert_allclose(infer(h, "resident", x, timeout=10), want, rtol=1e-5, atol=1e-5)

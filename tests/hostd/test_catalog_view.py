@@ -1,0 +1,126 @@
+"""hostd's catalog view keeps storage off the request path: known models are answered from memory while
+storage hangs or fails, a first lookup is bounded in time, an empty listing never takes away a resident
+model, and unknown names cost bounded memory. Real asyncio and a real local store; the repository wrapper
+only adds a hang (a threading.Event) or a failure, as a stalled or refusing S3 would."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from catalog.repository import ModelRepository
+from ground.errors import Unavailable
+from hostd.catalog_view import CatalogView
+from storage_adapters.base import StorageUnavailable
+from storage_adapters.local import LocalStorage
+
+
+class FlakyRepo(ModelRepository):
+    def __init__(self, storage) -> None:
+        super().__init__(storage)
+        self.release = threading.Event()
+        self.release.set()
+        self.fail = False
+        self.calls = 0
+
+    def versions_and_policy(self, tenant, model):
+        self.calls += 1
+        self.release.wait(10)
+        if self.fail:
+            raise StorageUnavailable("s3://bucket at http://10.0.0.1:9000: connection refused")
+        return super().versions_and_policy(tenant, model)
+
+
+@pytest.fixture
+def repo(tmp_path) -> FlakyRepo:
+    s = LocalStorage(tmp_path)
+    s.put_bytes("tenants/acme/models/m/1/manifest.json", b"{}")
+    return FlakyRepo(s)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_known_models_never_wait_on_hanging_storage(repo):
+    async def run() -> None:
+        clock = Clock()
+        view = CatalogView(repo, ttl_s=2.0, clock=clock, lookup_timeout_s=0.5)
+        assert (await view.item("acme", "m")).versions == ["1"]
+        repo.release.clear()  # storage hangs from now on
+        clock.now = 10.0  # far past the TTL
+        t0 = time.monotonic()
+        for _ in range(50):
+            assert (await view.item("acme", "m")).versions == ["1"]
+        assert time.monotonic() - t0 < 0.2, "served from memory, not after a storage timeout"
+        await asyncio.sleep(0.05)  # the refresh task gets to run (and hangs in storage)
+        assert repo.calls == 2, "one background refresh for all 50 requests (single-flight)"
+        # a model never seen before waits at most the lookup timeout, then UNAVAILABLE storage_down
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable) as e:
+            await view.item("acme", "other")
+        assert time.monotonic() - t0 < 2.0
+        assert e.value.reason == "storage_down"
+        assert "10.0.0.1" not in e.value.message and "bucket" not in e.value.message
+        repo.release.set()
+        view.close()
+
+    asyncio.run(run())
+
+
+def test_failing_storage_serves_the_last_known_versions(repo):
+    async def run() -> None:
+        clock = Clock()
+        view = CatalogView(repo, ttl_s=1.0, clock=clock)
+        await view.item("acme", "m")
+        repo.fail = True
+        for step in range(5):
+            clock.now = 2.0 * (step + 1)
+            assert (await view.item("acme", "m")).versions == ["1"]
+            await asyncio.sleep(0.02)  # let the background refresh fail
+        view.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_an_empty_listing_never_takes_away_a_resident_model(repo, resident):
+    async def run() -> None:
+        clock = Clock()
+        view = CatalogView(repo, ttl_s=1.0, clock=clock, is_resident=lambda t, m: resident)
+        await view.item("acme", "m")
+        repo.storage.delete("tenants/acme/models/m")  # a restarted, empty bucket
+        clock.now = 5.0
+        await view.item("acme", "m")  # starts the refresh
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if not view._inflight:
+                break
+        clock.now = 5.5
+        versions = (await view.item("acme", "m")).versions
+        assert versions == (["1"] if resident else [])
+        view.close()
+
+    asyncio.run(run())
+
+
+def test_unknown_names_cost_bounded_memory(repo):
+    async def run() -> None:
+        view = CatalogView(repo, max_unknown=100)
+        for i in range(500):
+            assert (await view.item("acme", f"nope{i}")).versions == []
+        calls = repo.calls
+        for bad in ("a\0b", "x" * 300, "..", "a/b"):
+            assert (await view.item("acme", bad)).versions == []
+        assert repo.calls == calls, "names that cannot exist never reach storage"
+        assert view.sizes == (0, 100)
+        view.close()
+
+    asyncio.run(run())

@@ -164,6 +164,19 @@ def test_export_import_round_trip_keeps_keys_and_limits(mm, redis, tmp_path, sto
     assert "not a sha256 hex digest" in mm("tenant", "import", str(bad), "--store", store, code=1)
 
 
+def test_tenants_made_without_a_store_move_into_it(mm, redis, tmp_path, store, s3_server):
+    out = mm("tenant", "create", "legacy", "--redis", redis.url)
+    assert "kept only in Redis" in out
+    key = key_of(out)
+    f = tmp_path / "old.json"
+    mm("tenant", "export", str(f), "--redis", redis.url)
+    mm("tenant", "import", str(f), "--store", store, "--redis", redis.url)
+    assert tenant_store(store, s3_server).get("legacy")["key_sha256"] == hash_key(key)
+    connect_redis(redis.url).flushall()
+    assert "indexed 1 tenant(s)" in mm("tenant", "rebuild", "--store", store, "--redis", redis.url)
+    assert indexed(redis.url)["legacy"].key_sha256 == hash_key(key)
+
+
 def rec(name: str, h: str, tier: str = "standard") -> TenantRecord:
     return TenantRecord(name, h * 64, 1.0, spec={"tier": tier})
 

@@ -240,16 +240,18 @@ class RedisTenants(TenantRegistry):
     # -- reads ----------------------------------------------------------------------------------------
 
     def list(self) -> list[TenantRecord]:
+        """With a store: its records, and those only Redis has (made without a store; the next write to one
+        moves it into the store). The store wins for a tenant both hold."""
+        recs = _parse_index(self.r.hgetall(self.k_name))
         if self.store is not None:
-            return sorted(_from_store(self.store.all()).values(), key=lambda r: r.name)
-        return sorted(_parse_index(self.r.hgetall(self.k_name)).values(), key=lambda r: r.name)
+            recs.update(_from_store(self.store.all()))
+        return sorted(recs.values(), key=lambda r: r.name)
 
     def get(self, name: str) -> TenantRecord | None:
-        if self.store is not None:
-            d = self.store.get(name)
-            return TenantRecord.from_json(name, d) if d else None
-        d = self.r.hget(self.k_name, name)
-        return TenantRecord.from_json(name, json.loads(d)) if d else None
+        if self.store is not None and (d := self.store.get(name)):
+            return TenantRecord.from_json(name, d)
+        raw = self.r.hget(self.k_name, name)
+        return TenantRecord.from_json(name, json.loads(raw)) if raw else None
 
     def by_hash(self) -> dict[str, str]:
         return dict(self.r.hgetall(self.k_hash))
@@ -294,8 +296,8 @@ class RedisTenants(TenantRegistry):
                     ready = p.exists(self.k_ready)
                     if not ready and self.store is not None:
                         p.reset()
-                        self.rebuild()
-                        return
+                        self.rebuild()  # holds this change (the store has it) but keeps tenants only Redis had:
+                        continue  # apply it to the now whole index too, so a delete of one of those happens
                     cur = p.hget(self.k_name, name)
                     p.multi()
                     if cur:

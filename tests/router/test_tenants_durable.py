@@ -176,6 +176,15 @@ def test_tenants_made_without_a_store_move_into_it(mm, redis, tmp_path, store, s
     assert "indexed 1 tenant(s)" in mm("tenant", "rebuild", "--store", store, "--redis", redis.url)
     assert indexed(redis.url)["legacy"].key_sha256 == hash_key(key)
 
+    # with --store, tenants only Redis has are listed, and a write moves one into the store (or deletes it)
+    mm("tenant", "create", "old1", "--redis", redis.url)
+    mm("tenant", "create", "old2", "--redis", redis.url)
+    assert "old1" in mm("tenant", "list", "--store", store, "--redis", redis.url)
+    mm("tenant", "set-limits", "old1", "--tier", "free", "--store", store, "--redis", redis.url)
+    assert tenant_store(store, s3_server).get("old1")["limits"] == {"tier": "free"}
+    mm("tenant", "delete", "old2", "--store", store, "--redis", redis.url)
+    assert sorted(indexed(redis.url)) == ["legacy", "old1"]
+
 
 def rec(name: str, h: str, tier: str = "standard") -> TenantRecord:
     return TenantRecord(name, h * 64, 1.0, spec={"tier": tier})

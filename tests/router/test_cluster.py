@@ -73,7 +73,7 @@ def test_missing_or_wrong_key_is_unauthenticated(cluster, routers):
            (("authorization", f"Bearer {cluster.keys['acme']}x"),)]
     for call in calls:
         for md in bad:
-            assert code_of(lambda: call(md))[0] is C.UNAUTHENTICATED
+            assert code_of(lambda call=call, md=md: call(md))[0] is C.UNAUTHENTICATED
     assert r.stub.ServerLive(pb.ServerLiveRequest(), metadata=auth(cluster.keys["acme"]), timeout=10).live
 
     # rotating a key: the old one stops working, the new one works; deleting the tenant stops both
@@ -97,12 +97,13 @@ def test_a_tenant_cannot_reach_list_or_load_another_tenants_model(cluster, route
     assert list(out.outputs[0].shape) == [1, 3]
     # globex's "secret" looks exactly like a model that does not exist
     for name in ("secret", "no_such_model"):
-        expect = f"model {name!r} not found"
-        assert code_of(lambda: r.stub.ModelInfer(infer_request(name), metadata=acme, timeout=10)) == (C.NOT_FOUND, expect)
-        assert code_of(lambda: r.stub.ModelMetadata(pb.ModelMetadataRequest(name=name), metadata=acme, timeout=10)) == (C.NOT_FOUND, expect)
-        assert code_of(lambda: r.stub.ModelConfig(pb.ModelConfigRequest(name=name), metadata=acme, timeout=10)) == (C.NOT_FOUND, expect)
-        assert code_of(lambda: r.stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name=name), metadata=acme, timeout=10)) == (C.NOT_FOUND, expect)
-        assert code_of(lambda: r.stub.ModelStatistics(pb.ModelStatisticsRequest(name=name), metadata=acme, timeout=10)) == (C.NOT_FOUND, expect)
+        expect = (C.NOT_FOUND, f"model {name!r} not found")
+        for method, req in ((r.stub.ModelInfer, infer_request(name)),
+                            (r.stub.ModelMetadata, pb.ModelMetadataRequest(name=name)),
+                            (r.stub.ModelConfig, pb.ModelConfigRequest(name=name)),
+                            (r.stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name=name)),
+                            (r.stub.ModelStatistics, pb.ModelStatisticsRequest(name=name))):
+            assert code_of(lambda method=method, req=req: method(req, metadata=acme, timeout=10)) == expect, method
         assert not r.stub.ModelReady(pb.ModelReadyRequest(name=name), metadata=acme, timeout=10).ready
     listed = {m.name for m in r.stub.RepositoryIndex(pb.RepositoryIndexRequest(), metadata=acme, timeout=10).models}
     assert listed == {*ACME_MODELS, *SPARE_MODELS, "mlp"}
@@ -118,7 +119,7 @@ def test_many_models_spread_over_hosts_each_loaded_once_by_two_routers(cluster, 
     acme = auth(cluster.keys["acme"])
     # for each model, a burst of first requests through both routers at once
     futures = []
-    for i, m in enumerate(ACME_MODELS):
+    for m in ACME_MODELS:
         for j in range(6):
             futures.append(routers[j % 2].stub.ModelInfer.future(infer_request(m, request_id=f"{m}-{j}"), metadata=acme, timeout=60))
     for f in futures:

@@ -70,6 +70,11 @@ class TenantStore:
     def put(self, name: str, record: dict) -> None:
         self.storage.put_bytes(self.key(name), json.dumps({"name": name, **record}, indent=1).encode())
 
+    def put_all(self, records: dict[str, dict]) -> None:
+        """Many records (an import), in parallel."""
+        with ThreadPoolExecutor(max(1, min(self.read_workers, len(records)))) as ex:
+            list(ex.map(lambda item: self.put(*item), records.items()))
+
     def delete(self, name: str) -> None:
         self.storage.delete(self.key(name))
 

@@ -279,8 +279,7 @@ class RedisTenants(TenantRegistry):
     def import_records(self, recs: list[TenantRecord]) -> None:
         if self.store is None:
             return super().import_records(recs)
-        for rec in recs:
-            self.store.put(rec.name, rec.to_json())
+        self.store.put_all({rec.name: rec.to_json() for rec in recs})
         self.rebuild()
 
     def _index_one(self, name: str, rec: TenantRecord | None) -> None:

@@ -110,7 +110,7 @@ class Router:
 
     async def refresh_tenants(self) -> None:
         if self.tenant_feed is not None:  # Redis mode: keeps the last known set while Redis is empty, down or slow
-            await self.tenant_feed.refresh(time.monotonic(), self._apply_tenants)
+            await self.tenant_feed.refresh(self.clock(), self._apply_tenants)
             return
         if isinstance(self.tenants, FileTenants):
             seen = self.tenants.mtime()

@@ -322,8 +322,8 @@ class RedisTenants(TenantRegistry):
 
         if self.store is None:
             raise TenantError("rebuilding the tenant index needs the store it is rebuilt from (--store)")
-        stored = _from_store(self.store.all())
         for _ in range(10):
+            stored = _from_store(self.store.all())  # again after a conflict: the concurrent write is in the store
             with self.r.pipeline(transaction=True) as p:
                 try:
                     p.watch(self.k_name)

@@ -1,15 +1,18 @@
 """The catalog as the router's front door sees it: does this tenant have this model (and version)?
 Lookups go to the catalog (Redis index or storage) in a worker thread and are reused for a short TTL, so
 steady traffic costs no catalog round trip; concurrent misses for one model share one lookup. When the
-catalog cannot be reached, models it knew keep being routed; unknown ones get UNAVAILABLE."""
+catalog cannot be reached, models it knew keep being routed; unknown ones get UNAVAILABLE. The clock
+(monotonic seconds) is passed in."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from ground.errors import NotFound, Unavailable
+from ground.wire import Reason
 from catalog.index import Catalog, CatalogUnavailable
 from storage_adapters.base import StorageError
 from catalog.repository import ModelNotFound
@@ -25,8 +28,10 @@ def not_found(model: str, version: str = "") -> NotFound:
 
 
 class ModelDirectory:
-    def __init__(self, catalog: Catalog | None, ttl_s: float, miss_ttl_s: float) -> None:
+    def __init__(self, catalog: Catalog | None, ttl_s: float, miss_ttl_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.catalog = catalog
+        self.clock = clock
         self.ttl_s, self.miss_ttl_s = ttl_s, miss_ttl_s
         self._cache: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
@@ -46,7 +51,7 @@ class ModelDirectory:
     async def versions(self, tenant: str, model: str) -> frozenset[str]:
         k = (tenant, model)
         hit = self._cache.get(k)
-        now = time.monotonic()
+        now = self.clock()
         if hit is not None and hit[0] > now:
             return hit[1]
         fut = self._inflight.get(k)
@@ -65,18 +70,19 @@ class ModelDirectory:
             stale = self._cache.get((tenant, model))
             if stale is not None and stale[1]:  # Redis or storage down: keep routing what we knew
                 log.warning("catalog lookup of %s/%s failed, using what was known: %s", tenant, model, e)
-                self._cache[(tenant, model)] = (time.monotonic() + self.ttl_s, stale[1])
+                self._cache[(tenant, model)] = (self.clock() + self.ttl_s, stale[1])
                 return stale[1]
-            raise Unavailable(f"catalog unavailable: {e}", retry_after_ms=1000, reason="catalog") from e
+            raise Unavailable(f"catalog unavailable: {e}", retry_after_ms=1000, reason=Reason.CATALOG_DOWN.value) from e
         if len(self._cache) > 100_000:
             self._cache.clear()
-        self._cache[(tenant, model)] = (time.monotonic() + (self.ttl_s if vs else self.miss_ttl_s), vs)
+        self._cache[(tenant, model)] = (self.clock() + (self.ttl_s if vs else self.miss_ttl_s), vs)
         return vs
 
     async def listing(self, tenant: str) -> list[tuple[str, list[str]]]:
         """(model, versions) for every model of the tenant (RepositoryIndex; not cached)."""
-        assert self.catalog is not None
+        catalog = self.catalog
+        assert catalog is not None
         try:
-            return await asyncio.to_thread(lambda: [(m, vs) for _, m, vs, _ in self.catalog.entries(tenant)])
+            return await asyncio.to_thread(lambda: [(m, vs) for _, m, vs, _ in catalog.entries(tenant)])
         except (CatalogUnavailable, StorageError) as e:
-            raise Unavailable(f"catalog unavailable: {e}", retry_after_ms=1000, reason="catalog") from e
+            raise Unavailable(f"catalog unavailable: {e}", retry_after_ms=1000, reason=Reason.CATALOG_DOWN.value) from e

@@ -88,6 +88,7 @@ class RouterServicer:
         busy_ms = int(feas.expected_ms) if feas.expected_ms else 10
         d = self.admission.enter(tenant, now, busy_retry_ms=busy_ms)
         if not d.admit:
+            assert d.reason is not None  # a refusal always says why
             raise ResourceExhausted(d.message, retry_after_ms=d.retry_after_ms, reason=d.reason.value)
         if not feas.admit:
             self.admission.leave(tenant)

@@ -122,6 +122,13 @@ class Dispatcher:
         self.background.add(t)
         t.add_done_callback(self.background.discard)
 
+    async def stop(self) -> None:
+        """Cancel the loads of extra copies still under way (on shutdown)."""
+        tasks = list(self.background)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def broadcast(self, tenant: str, addresses: Sequence[str], method: str, body: bytes, *,
                         timeout: float | None) -> list[bytes | HostError]:
         """The same call to every host in `addresses`, concurrently: each one's response or HostError, in

@@ -84,7 +84,7 @@ class Router:
             self.tenants = FileTenants(s.tenants_file)
             self.source = StaticHosts(self.forwarder, s.hosts, s.poll_timeout_s)
             catalog = open_catalog(s, s3, None)
-        self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s)
+        self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s, clock=self.clock)
         self.dispatcher = Dispatcher(hosts=self.forwarder, cluster=self.cluster, local=self.local, metrics=self.metrics,
                                      clock=self.clock, max_attempts=s.max_attempts,
                                      budget=RetryBudget(s.retry_budget_ratio, s.retry_budget_cap),
@@ -183,6 +183,7 @@ class Router:
             t.cancel()
         if self.server is not None:
             await self.server.stop(2.0)
+        await self.dispatcher.stop()
         await self.forwarder.close()
         if self._aredis is not None:
             await self._aredis.aclose()

@@ -274,3 +274,27 @@ def test_broadcast_returns_each_hosts_answer_or_error_in_order():
     out = asyncio.run(d.broadcast("acme", ["h1:1", "h2:1", "h3:1"], "ModelStatistics", b"", timeout=2.0))
     assert out[0] == b"" and out[2] == b"" and out[1].code is C.UNAVAILABLE
     assert {c.timeout for c in hosts.calls} == {2.0} and up(cluster) == set(HOSTS[:3])  # nothing marked down
+
+
+def test_stop_cancels_the_loads_of_extra_copies_still_under_way():
+    clock = FakeClock()
+    started = []
+
+    class SlowLoads(FakeHosts):
+        async def unary(self, address, method, body, *, timeout, metadata):
+            if method == "RepositoryModelLoad":
+                started.append(address)
+                await asyncio.sleep(3600)
+            return await super().unary(address, method, body, timeout=timeout, metadata=metadata)
+
+    cluster = cluster_of(status("h1:1", models=(("acme", "m", "READY"),), queue_depth=3), status("h2:1"))
+    d = dispatcher(clock, SlowLoads(clock), cluster, placement=PlacementConfig(hot_queue_depth=2))
+
+    async def go():
+        await d.forward("acme", "m", "", "ModelInfer", infer("m"))
+        await asyncio.sleep(0)  # the copy's load starts
+        assert started == ["h2:1"] and len(d.background) == 1
+        await d.stop()
+        assert not d.background
+
+    asyncio.run(go())

@@ -76,10 +76,22 @@ class RedisLimits:
 
         self._r = aredis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2, decode_responses=True)
         self.key = f"{prefix}by-name"
+        self.ready_key = f"{prefix}ready"  # present while Redis's tenant set is whole (router/tenants.py)
+        self._last: dict[str, TenantLimits] | None = None
 
     async def read(self) -> dict[str, TenantLimits]:
-        raw = await self._r.hgetall(self.key)
-        return parse_records({t: json.loads(v) for t, v in raw.items()})
+        """The registry's limits. While the `ready` marker is absent (Redis flushed, restarted empty, an empty
+        replica) Redis's set is not the truth: the last set read while it was is kept, with anything new
+        added, until `mmhost tenant rebuild` restores the index from storage."""
+        async with self._r.pipeline(transaction=False) as p:
+            p.exists(self.ready_key)
+            p.hgetall(self.key)
+            ready, raw = await p.execute()
+        limits = parse_records({t: json.loads(v) for t, v in raw.items()})
+        if ready or self._last is None:
+            self._last = limits
+            return limits
+        return {**self._last, **limits}
 
     async def close(self) -> None:
         await self._r.aclose()

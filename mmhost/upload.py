@@ -7,6 +7,7 @@ the uploader for TorchScript), and one test inference on zeros.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from catalog.repository import ModelRepository
 
 DEFAULT_MAX_BYTES = 2 << 30
 DEFAULT_MAX_BATCH_SIZE = 32
+_log = logging.getLogger(__name__)
 MODEL_FILE = {ModelFormat.ONNX: "model.onnx", ModelFormat.TORCHSCRIPT: "model.pt", ModelFormat.TORCH_EXPORT: "model.pt2"}
 
 
@@ -45,28 +47,21 @@ class UploadRequest:
     config: dict = field(default_factory=dict)  # manifest options from --config (flags given explicitly win)
 
 
-CONFIG_KEYS = {"max_batch_size", "dynamic_batching", "queue_policy", "instance_count", "description"}
-
-
-def read_config(path: Path) -> dict:
-    """Manifest options from a YAML or JSON file, e.g.
+def read_config(path: Path, warn: Callable[[str], None] | None = None) -> dict:
+    """Manifest options from a YAML, JSON or Triton config.pbtxt file, validated at every level
+    (mmhost.model_config_file), e.g.
         max_batch_size: 16
         dynamic_batching: {max_queue_delay_us: 2000, preferred_batch_sizes: [8, 16], priority_levels: 2}
         queue_policy: {max_queue_size: 64, default_timeout_us: 500000, timeout_action: reject}
         instance_count: 2
-    """
-    import yaml
+    Triton features that are ignored are passed to `warn` (default: the log)."""
+    from mmhost.model_config_file import ConfigFileError, load_options
 
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise UploadRefused(f"--config {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise UploadRefused(f"--config {path}: expected a mapping of manifest options")
-    unknown = set(data) - CONFIG_KEYS
-    if unknown:
-        raise UploadRefused(f"--config {path}: unknown option(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
-    return data
+        options = load_options(path, warn or _log.warning)
+    except ConfigFileError as e:
+        raise UploadRefused(f"--config {e}") from None
+    return options.manifest_options()
 
 
 def parse_tensor_spec(text: str) -> TensorSpec:
@@ -148,8 +143,11 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
         fmt = detect_format(req.file)
     except RuntimeLoadError as e:
         raise UploadRefused(str(e)) from None
-    if req.format is not None and req.format is not fmt:
-        raise UploadRefused(f"{req.file.name}: --format {req.format.value} given, but the file is {fmt.value}")
+    cfg = req.config
+    want = req.format or (ModelFormat(cfg["format"]) if cfg.get("format") else None)
+    if want is not None and want is not fmt:
+        source = "--format" if req.format is not None else "the config's format"
+        raise UploadRefused(f"{req.file.name}: {source} is {want.value}, but the file is {fmt.value}")
     if fmt is ModelFormat.ONNX and _external_data(req.file):
         raise UploadRefused(
             f"{req.file.name} keeps its weights in external data files ({', '.join(_external_data(req.file)[:3])}), "
@@ -160,7 +158,8 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
         sig = read_signature(req.file, fmt)
     except RuntimeLoadError as e:
         raise UploadRefused(f"{req.file.name} does not load as {fmt.value}: {e}") from None
-    inputs, outputs = req.inputs, req.outputs
+    inputs = req.inputs or [TensorSpec.model_validate(t) for t in cfg.get("inputs") or []]
+    outputs = req.outputs or [TensorSpec.model_validate(t) for t in cfg.get("outputs") or []]
     if sig is None and not (inputs and outputs):
         raise UploadRefused(
             f"{req.file.name}: a {fmt.value} file does not declare its signature; "
@@ -169,7 +168,6 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
     if sig is not None:
         inputs, outputs = inputs or sig[0], outputs or sig[1]
     batchable = all(t.shape and t.shape[0] == -1 for t in inputs + outputs)
-    cfg = req.config
     mbs = req.max_batch_size if req.max_batch_size is not None else cfg.get("max_batch_size")
     if mbs is None:
         mbs = DEFAULT_MAX_BATCH_SIZE if batchable else 0

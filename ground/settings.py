@@ -39,11 +39,41 @@ class HostdSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_")
 
-    listen: str = Field("127.0.0.1:8001", description="gRPC address (v2 + Triton extensions)")
+    listen: str = Field(
+        "127.0.0.1:8101", description="gRPC address (v2 + Triton extensions); not Triton's 8001, so a Triton "
+        "client pointed at the usual port never reaches a hostd past the router",
+    )
     metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus port; 0 turns it off")
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
     store: str = Field("./model_store", description="model store: a folder, file:// or s3://bucket/prefix")
-    default_tenant: str = Field("demo", description="tenant for direct calls that carry no mmhost-tenant header")
+    health_port: int = Field(
+        0, ge=0, le=65535, description="also serve the gRPC health service alone, in plaintext, on this port (same "
+        "host as listen) for kubelet probes, which cannot speak TLS; 0 = off (health on the main port only)",
+    )
+    tls_cert: Path | None = Field(
+        None, description="serving certificate (PEM; re-read when the file changes); with tls_key. Unset = "
+        "plaintext, which needs plaintext=true",
+    )
+    tls_key: Path | None = Field(None, description="private key of tls_cert (PEM)")
+    tls_client_ca: Path | None = Field(
+        None, description="mutual TLS: every call must present a client certificate signed by this CA and "
+        "naming tls_client_identity, checked before any mmhost-tenant metadata is read",
+    )
+    tls_client_identity: str = Field(
+        "mmhost://router", description="identity (SAN URI or CN) a client certificate must carry "
+        "(ground.tls.ROUTER_IDENTITY), so a tenant certificate from the same CA cannot call a hostd",
+    )
+    plaintext: bool = Field(
+        False, description="serve without TLS: only for the demo, tests and a host reachable by nothing but "
+        "its routers; required when tls_cert is unset",
+    )
+    dev_mode: bool = Field(
+        False, description="development mode: calls without mmhost-tenant metadata run as default_tenant. "
+        "Off in every deployment: a hostd then refuses calls that name no tenant",
+    )
+    default_tenant: str = Field(
+        "demo", description="dev_mode only: the tenant of direct calls that carry no mmhost-tenant metadata",
+    )
     preload: bool = Field(False, description="load every stored model at start instead of on first request")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present")
     ort_intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = runtime default")
@@ -103,6 +133,36 @@ class RouterSettings(BaseSettings):
     listen: str = Field("127.0.0.1:8000", description="gRPC address tenants call (v2 + Triton extensions)")
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus port; 0 turns it off")
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
+    health_port: int = Field(
+        0, ge=0, le=65535, description="also serve the gRPC health service alone, in plaintext, on this port (same "
+        "host as listen) for kubelet probes, which cannot speak TLS; 0 = off (health on the main port only)",
+    )
+    tls_cert: Path | None = Field(
+        None, description="tenant-facing serving certificate (PEM; re-read when the file changes); with "
+        "tls_key. Unset = plaintext, which needs plaintext=true",
+    )
+    tls_key: Path | None = Field(None, description="private key of tls_cert (PEM)")
+    tls_client_ca: Path | None = Field(
+        None, description="accept tenant client certificates signed by this CA (SAN URI mmhost://tenant/<t>) "
+        "as an alternative to an API key; unset = API keys only",
+    )
+    plaintext: bool = Field(
+        False, description="serve tenants without TLS: only for the demo and tests (which set it) or behind a "
+        "TLS-terminating proxy in the same pod; required when tls_cert is unset",
+    )
+    hostd_ca: Path | None = Field(
+        None, description="CA of hostd serving certificates: when set, routers call hostds over TLS (with "
+        "hostd_client_cert/key: mutual TLS); unset = plaintext to hostds",
+    )
+    hostd_client_cert: Path | None = Field(
+        None, description="the router's client certificate for hostds (SAN URI mmhost://router; PEM, re-read "
+        "when it changes); with hostd_client_key",
+    )
+    hostd_client_key: Path | None = Field(None, description="private key of hostd_client_cert (PEM)")
+    hostd_tls_name: str = Field(
+        "mmhost-hostd", description="name hostd certificates are verified against, whatever address is dialled "
+        "(hostds are dialled by pod IP); ground.tls.HOSTD_TLS_NAME",
+    )
     redis_url: str | None = Field(
         None, validation_alias=AliasChoices("redis_url", "MMHOST_REDIS_URL", "MMHOST_ROUTER_REDIS_URL"),
         description="Redis mode: hosts from heartbeats, tenants from the Redis registry",

@@ -35,6 +35,6 @@ ENV PATH=/opt/mmhost/bin:$PATH \
 USER 10001:10001
 WORKDIR /home/mmhost
 # gRPC (v2 / Triton) and Prometheus; the router's ports are set in the Kubernetes manifests.
-EXPOSE 8001 9101
+EXPOSE 8101 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

@@ -44,6 +44,6 @@ ENV PATH=/opt/mmhost/bin:$PATH \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /home/mmhost
-EXPOSE 8001 9101
+EXPOSE 8101 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

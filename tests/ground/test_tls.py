@@ -218,3 +218,12 @@ def test_server_credentials_refuse_a_mismatched_pair_at_start(pki):
         tls.server_credentials(pki / "router.pem", pki / "hostd-key.pem")
     with pytest.raises(ValueError, match="client_ca_path"):
         tls.server_credentials(pki / "router.pem", pki / "router-key.pem", require_client_cert=True)
+
+
+def test_settings_defaults_name_the_identities_of_ground_tls():
+    """ground.settings cannot import ground.tls (grpc) for policy modules' sake: the literals must agree."""
+    from ground.settings import HostdSettings, RouterSettings
+
+    assert HostdSettings.model_fields["tls_client_identity"].default == tls.ROUTER_IDENTITY
+    assert RouterSettings.model_fields["hostd_tls_name"].default == tls.HOSTD_TLS_NAME
+    assert HostdSettings.model_fields["listen"].default.rpartition(":")[2] != "8001", "Triton's port"

@@ -51,7 +51,7 @@ def test_a_load_this_router_started_counts_as_loading_until_it_expires():
 
 
 def test_load_target_is_the_same_for_any_host_order_and_spreads_models():
-    hosts = [host(x) for x in ("10.0.0.1:8001", "10.0.0.2:8001", "10.0.0.3:8001")]
+    hosts = [host(x) for x in ("10.0.0.1:8101", "10.0.0.2:8101", "10.0.0.3:8101")]
     chosen = {}
     for i in range(60):
         key = f"t/model{i}"

@@ -17,7 +17,7 @@ def _register() -> None:
     import importlib
 
     for mod in ("mmhost.cli_hostd", "mmhost.cli_demo", "mmhost.cli_store", "mmhost.cli_sim", "mmhost.cli_router",
-                "mmhost.cli_top", "mmhost.cli_certs"):
+                "mmhost.cli_top", "mmhost.cli_certs", "mmhost.cli_import"):
         importlib.import_module(mod).register(app)
 
 

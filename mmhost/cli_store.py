@@ -65,6 +65,7 @@ def upload_cmd(
     from catalog.index import CatalogUnavailable
     from mmhost.upload import UploadRefused, UploadRequest, parse_tensor_spec, read_config, upload
     from storage_adapters.base import StorageError
+    from storage_adapters.factory import StorageURIError
 
     err = Console(stderr=True)
     try:
@@ -105,6 +106,9 @@ def upload_cmd(
             manifest = upload(repo, req, progress_for)
         if redis_url:
             _redis_catalog(repo, redis_url, redis_prefix).index_version(manifest)
+    except StorageURIError as e:  # a usage error: exit 2, as typer does for a bad option
+        typer.echo(f"error: --store: {e}", err=True)
+        raise typer.Exit(code=2) from None
     except (UploadRefused, StorageError, CatalogUnavailable) as e:
         raise _fail(err, str(e)) from None
     err.print(

@@ -13,9 +13,13 @@ from typer.testing import CliRunner
 
 from tests.deploy.conftest import OVERLAYS
 
-# Prometheus Operator kinds: not in the Kubernetes schemas; checked by their own tests below and in
-# test_prometheus.py (the PrometheusRule's rules are the promtool-checked file).
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+# Custom resources: not in the Kubernetes schemas, so skipped by the schema check and checked by their own
+# tests below: Prometheus Operator (and test_prometheus.py: the PrometheusRule's rules are the promtool-checked
+# file), cert-manager (components/tls) and Gateway API (components/gateway).
+PROMETHEUS_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CERT_MANAGER_KINDS = {"Certificate", "Issuer", "ClusterIssuer"}
+GATEWAY_KINDS = {"Gateway", "GRPCRoute", "BackendTLSPolicy"}
+CRD_KINDS = PROMETHEUS_KINDS | CERT_MANAGER_KINDS | GATEWAY_KINDS
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
 # Non-MMHOST variables a container may set: the AWS credential chain (boto3) and helpers for $(VAR) expansion.
 ALLOWED_OTHER_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "POD_IP"}
@@ -162,9 +166,15 @@ def test_ports_probes_and_scrape_targets_match_the_settings(rendered, overlay, c
         assert main.metrics_host == "0.0.0.0" and port(c, "metrics") == main.metrics_port > 0
         ann = wl["spec"]["template"]["metadata"]["annotations"]
         assert int(ann["prometheus.io/port"]) == main.metrics_port
-        for probe in ("readinessProbe", "livenessProbe"):
+        # The kubelet's gRPC probes cannot speak TLS: with TLS on, they go to the plaintext health-only port.
+        probe_port = main.health_port if main.tls_cert else int(grpc_port)
+        if main.health_port:
+            assert port(c, "health") == main.health_port != int(grpc_port)
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if probe not in c:
+                continue
             g = c[probe]["grpc"]
-            assert g["port"] == int(grpc_port)
+            assert g["port"] == probe_port
             assert g.get("service", "") in ("", HOSTD_SERVICE if role == "hostd" else ROUTER_SERVICE)
         if role == "hostd":
             assert s["HeartbeatSettings"].advertise == f"{FAKE_POD_IP}:{grpc_port}", "routers call this address"
@@ -268,4 +278,4 @@ def test_prometheus_operator_objects(rendered, overlay):
     for pr in objects(rendered, overlay, "PrometheusRule"):
         assert pr["apiVersion"] == "monitoring.coreos.com/v1" and pr["spec"]["groups"]
     if overlay == "gpu":
-        assert {o["kind"] for o in rendered[overlay]} >= CRD_KINDS
+        assert {o["kind"] for o in rendered[overlay]} >= PROMETHEUS_KINDS

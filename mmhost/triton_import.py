@@ -147,6 +147,8 @@ def import_model(
             raise
         except (UploadRefused, StorageError) as e:
             result.version_errors[version] = str(e)
+        except Exception as e:  # a check that crashed on an odd file must not stop the other models
+            result.version_errors[version] = f"{type(e).__name__}: {e}"
     return result
 
 

@@ -148,9 +148,13 @@ def validate(req: UploadRequest, version: str = "0") -> ModelManifest:
     if want is not None and want is not fmt:
         source = "--format" if req.format is not None else "the config's format"
         raise UploadRefused(f"{req.file.name}: {source} is {want.value}, but the file is {fmt.value}")
-    if fmt is ModelFormat.ONNX and _external_data(req.file):
+    try:
+        external = _external_data(req.file) if fmt is ModelFormat.ONNX else []
+    except Exception as e:  # onnx raises protobuf's DecodeError and others for a damaged file
+        raise UploadRefused(f"{req.file.name} does not load as {fmt.value}: {type(e).__name__}: {e}") from None
+    if external:
         raise UploadRefused(
-            f"{req.file.name} keeps its weights in external data files ({', '.join(_external_data(req.file)[:3])}), "
+            f"{req.file.name} keeps its weights in external data files ({', '.join(external[:3])}), "
             "which an upload would not carry: save the model as one file "
             "(onnx.save_model(model, path, save_as_external_data=False)) and upload that"
         )

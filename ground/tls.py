@@ -13,20 +13,27 @@ update, `mmhost certs`), so certificates rotate without a restart.
   certificates (hostds are dialled by pod IP, so the router checks this name instead:
   `target_name_options()`). `peer_identity(context)` reads the verified peer certificate of a call;
   `PeerCheckInterceptor` refuses calls whose peer certificate does not pass a check, before any handler (and
-  so any `mmhost-tenant` metadata) runs."""
+  so any `mmhost-tenant` metadata) runs.
+- From settings (what the servers call): `hostd_credentials` + `hostd_interceptors`, `router_credentials`,
+  `router_to_hostd`, `add_port`; plaintext only when `plaintext=true` was asked for (TLSConfigError otherwise).
+  `health_only_server` serves the health service alone in plaintext on `health_port` for kubelet probes."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc import aio
+
+if TYPE_CHECKING:
+    from ground.settings import HostdSettings, RouterSettings
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +93,7 @@ class _Files:
         self.cert_path, self.key_path = Path(cert_path), Path(key_path)
         self.ca_path = Path(ca_path) if ca_path is not None else None
         self._stamp: tuple | None = None
+        self._lock = threading.Lock()  # gRPC core may run fetchers for concurrent handshakes on several threads
         self.material = self._read()  # raises at start: a server must not come up without its certificate
         self._stamp = self._current_stamp()
 
@@ -106,17 +114,18 @@ class _Files:
         """Re-read when the files changed; True when new material was taken. A rotation caught half-way (files
         missing, unreadable or a key that does not match the certificate) keeps the old material and is retried
         at the next call."""
-        try:
-            stamp = self._current_stamp()
-            if stamp == self._stamp:
+        with self._lock:
+            try:
+                stamp = self._current_stamp()
+                if stamp == self._stamp:
+                    return False
+                material = self._read()
+            except (OSError, ValueError) as e:
+                log.warning("TLS files changed but cannot be used yet (%s); keeping the previous ones", e)
                 return False
-            material = self._read()
-        except (OSError, ValueError) as e:
-            log.warning("TLS files changed but cannot be used yet (%s); keeping the previous ones", e)
-            return False
-        self.material, self._stamp = material, stamp
-        log.info("TLS certificate reloaded from %s", self.cert_path)
-        return True
+            self.material, self._stamp = material, stamp
+            log.info("TLS certificate reloaded from %s", self.cert_path)
+            return True
 
 
 # ---- servers -----------------------------------------------------------------------------------------------------
@@ -279,3 +288,76 @@ class PeerCheckInterceptor(aio.ServerInterceptor):
 
         make_s = grpc.unary_stream_rpc_method_handler if h.unary_stream else grpc.stream_stream_rpc_method_handler
         return make_s(streaming, **kw)
+
+
+# ---- from settings: what the servers call -----------------------------------------------------------------------
+
+class TLSConfigError(ValueError):
+    """Settings that would serve without the TLS they ask for, or plaintext nobody asked for."""
+
+
+def listen_credentials(role: str, cert: Path | None, key: Path | None, plaintext: bool,
+                       client_ca: Path | None = None, require_client_cert: bool = False) -> grpc.ServerCredentials | None:
+    """The credentials of a listening port, or None for plaintext, which must have been asked for."""
+    if (cert is None) != (key is None):
+        raise TLSConfigError(f"{role}: tls_cert and tls_key go together")
+    if cert is None:
+        if not plaintext:
+            raise TLSConfigError(f"{role}: no tls_cert/tls_key; set plaintext=true to serve without TLS "
+                                 "(demo and tests only)")
+        if client_ca is not None:
+            raise TLSConfigError(f"{role}: tls_client_ca needs tls_cert/tls_key")
+        return None
+    if plaintext:
+        raise TLSConfigError(f"{role}: plaintext=true and tls_cert both set; pick one")
+    assert key is not None
+    return server_credentials(cert, key, client_ca, require_client_cert=require_client_cert)
+
+
+def hostd_credentials(s: HostdSettings) -> grpc.ServerCredentials | None:
+    """hostd's port: mutual TLS when tls_client_ca is set (every caller shows a certificate from that CA)."""
+    return listen_credentials("hostd", s.tls_cert, s.tls_key, s.plaintext, s.tls_client_ca,
+                              require_client_cert=s.tls_client_ca is not None)
+
+
+def hostd_interceptors(s: HostdSettings) -> list[aio.ServerInterceptor]:
+    """Put first in hostd's interceptors: with mutual TLS, calls whose certificate does not name
+    tls_client_identity (a router) are refused before any handler reads mmhost-tenant."""
+    if s.tls_client_ca is None:
+        return []
+    return [PeerCheckInterceptor(require_identity(s.tls_client_identity))]
+
+
+def router_credentials(s: RouterSettings) -> grpc.ServerCredentials | None:
+    """The router's tenant-facing port; tenants may present a client certificate when tls_client_ca is set
+    (read it with peer_identity(context).tenant), else they authenticate with an API key."""
+    return listen_credentials("router", s.tls_cert, s.tls_key, s.plaintext, s.tls_client_ca)
+
+
+def router_to_hostd(s: RouterSettings) -> tuple[ClientTLSFiles | None, list[tuple[str, str]]]:
+    """How a router dials hostds: (client TLS files, extra channel options), or (None, []) for plaintext when
+    hostd_ca is unset. With TLS, build channels with grpc.aio.secure_channel(addr, files.credentials()[0],
+    options=... + the options returned here), and rebuild them when the generation changes."""
+    if s.hostd_ca is None:
+        if s.hostd_client_cert is not None or s.hostd_client_key is not None:
+            raise TLSConfigError("router: hostd_client_cert/key need hostd_ca")
+        return None, []
+    if s.hostd_client_cert is None or s.hostd_client_key is None:
+        raise TLSConfigError("router: hostd_ca needs hostd_client_cert and hostd_client_key (mutual TLS)")
+    return ClientTLSFiles(s.hostd_ca, s.hostd_client_cert, s.hostd_client_key), target_name_options(s.hostd_tls_name)
+
+
+def add_port(server: aio.Server, address: str, creds: grpc.ServerCredentials | None) -> int:
+    """Bind `address` with TLS credentials, or in plaintext when `creds` is None."""
+    return server.add_insecure_port(address) if creds is None else server.add_secure_port(address, creds)
+
+
+def health_only_server(health_servicer: Any, host: str, port: int) -> tuple[aio.Server, int]:
+    """A plaintext server with the gRPC health service alone (health_port), for the kubelet's probes, which
+    cannot speak TLS. Pass the main server's HealthServicer so draining (NOT_SERVING) shows on both. Returns the
+    server (not started; start and stop it with the main one) and the bound port."""
+    from grpc_health.v1 import health_pb2_grpc
+
+    server = aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server, server.add_insecure_port(f"{host}:{port}")

@@ -227,3 +227,107 @@ def test_settings_defaults_name_the_identities_of_ground_tls():
     assert HostdSettings.model_fields["tls_client_identity"].default == tls.ROUTER_IDENTITY
     assert RouterSettings.model_fields["hostd_tls_name"].default == tls.HOSTD_TLS_NAME
     assert HostdSettings.model_fields["listen"].default.rpartition(":")[2] != "8001", "Triton's port"
+
+
+def test_settings_decide_tls_or_plaintext(pki):
+    from ground.settings import HostdSettings, RouterSettings
+
+    def hostd(**kw):
+        base = {"tls_cert": None, "tls_key": None, "tls_client_ca": None, "plaintext": False}
+        return HostdSettings(**{**base, **kw})
+
+    pair = {"tls_cert": pki / "hostd.pem", "tls_key": pki / "hostd-key.pem"}
+    with pytest.raises(tls.TLSConfigError, match="plaintext=true"):
+        tls.hostd_credentials(hostd())  # nothing asked for: no silent plaintext
+    assert tls.hostd_credentials(hostd(plaintext=True)) is None and tls.hostd_interceptors(hostd(plaintext=True)) == []
+    for bad in ({"plaintext": True, **pair}, {"tls_cert": pair["tls_cert"]},
+                {"plaintext": True, "tls_client_ca": pki / "ca.pem"}):
+        with pytest.raises(tls.TLSConfigError):
+            tls.hostd_credentials(hostd(**bad))
+    mutual = hostd(**pair, tls_client_ca=pki / "ca.pem")
+    assert tls.hostd_credentials(mutual) is not None and len(tls.hostd_interceptors(mutual)) == 1
+    assert tls.hostd_interceptors(hostd(**pair)) == []
+
+    def router(**kw):
+        base = {"hostd_ca": None, "hostd_client_cert": None, "hostd_client_key": None}
+        return RouterSettings(**{**base, **kw})
+
+    assert tls.router_to_hostd(router()) == (None, [])
+    with pytest.raises(tls.TLSConfigError, match="mutual TLS"):
+        tls.router_to_hostd(router(hostd_ca=pki / "ca.pem"))
+    with pytest.raises(tls.TLSConfigError, match="need hostd_ca"):
+        tls.router_to_hostd(router(hostd_client_cert=pki / "router-client.pem"))
+    files, opts = tls.router_to_hostd(router(hostd_ca=pki / "ca.pem", hostd_client_cert=pki / "router-client.pem",
+                                             hostd_client_key=pki / "router-client-key.pem"))
+    assert isinstance(files, tls.ClientTLSFiles) and opts == [("grpc.ssl_target_name_override", "mmhost-hostd")]
+
+
+def test_a_hostd_wired_from_settings_with_a_plaintext_health_port(pki):
+    """What the servers will do: hostd's port from its settings (mutual TLS + peer check), the router's dialing
+    from its settings, and the kubelet's plaintext health-only port that serves nothing else."""
+    from ground.settings import HostdSettings, RouterSettings
+
+    hs = HostdSettings(tls_cert=pki / "hostd.pem", tls_key=pki / "hostd-key.pem", tls_client_ca=pki / "ca.pem",
+                       plaintext=False)
+    rs = RouterSettings(hostd_ca=pki / "ca.pem", hostd_client_cert=pki / "router-client.pem",
+                        hostd_client_key=pki / "router-client-key.pem")
+
+    async def main():
+        server = aio.server(interceptors=tls.hostd_interceptors(hs))
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "mmhost.test.Peer", {"Who": grpc.unary_unary_rpc_method_handler(_who)}),))
+        port = tls.add_port(server, "127.0.0.1:0", tls.hostd_credentials(hs))
+        probe, probe_port = tls.health_only_server(servicer, "127.0.0.1", 0)
+        await server.start()
+        await probe.start()
+        try:
+            files, opts = tls.router_to_hostd(rs)
+            creds, _ = files.credentials()
+            assert (await who(port, creds, opts)).startswith("mmhost-router|")
+            assert await _refused(check(port, None, timeout=2)) == grpc.StatusCode.UNAVAILABLE
+            await check(probe_port, None)  # the kubelet's probe: plaintext, health only
+            await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            async with aio.insecure_channel(f"127.0.0.1:{probe_port}", options=OPTS) as ch:
+                r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+                assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING  # draining shows on both
+                with pytest.raises(aio.AioRpcError) as e:
+                    await ch.unary_unary(WHO)(b"", timeout=5)
+                assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        finally:
+            await probe.stop(None)
+            await server.stop(None)
+
+    asyncio.run(main())
+
+
+def test_peer_check_covers_streaming_methods(pki):
+    async def stream(request: bytes, context):
+        for i in range(3):
+            yield bytes([i])
+
+    async def main():
+        creds = tls.server_credentials(pki / "hostd.pem", pki / "hostd-key.pem", client_ca_path=pki / "ca.pem",
+                                       require_client_cert=True)
+        server = aio.server(interceptors=[tls.PeerCheckInterceptor(tls.require_identity(tls.ROUTER_IDENTITY))])
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "mmhost.test.Peer", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}),))
+        port = server.add_secure_port("127.0.0.1:0", creds)
+        await server.start()
+        name = tls.target_name_options()
+        try:
+            for stem, ok in (("router-client", True), ("tenant-acme", False)):
+                c = tls.channel_credentials(pki / "ca.pem", pki / f"{stem}.pem", pki / f"{stem}-key.pem")
+                async with aio.secure_channel(f"127.0.0.1:{port}", c, options=OPTS + name) as ch:
+                    call = ch.unary_stream("/mmhost.test.Peer/Stream")(b"", timeout=5)
+                    if ok:
+                        assert [r async for r in call] == [b"\x00", b"\x01", b"\x02"]
+                    else:
+                        with pytest.raises(aio.AioRpcError) as e:
+                            _ = [r async for r in call]
+                        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())

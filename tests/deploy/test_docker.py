@@ -101,3 +101,14 @@ def test_cpu_image_python_satisfies_requires_python():
     base = re.search(r"PYTHON_IMAGE=python:(\d+)\.(\d+)", (DOCKER / "cpu.Dockerfile").read_text())
     req = re.match(r">=(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
     assert base and req and tuple(map(int, base.groups())) >= tuple(map(int, req.groups()))
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_exposed_ports_are_hostds_defaults(name, clean_env):
+    """The default CMD is hostd: EXPOSE names its default gRPC and metrics ports (not Triton's 8001)."""
+    from ground.settings import HostdSettings
+
+    final = stages(DOCKER / f"{name}.Dockerfile")[-1]
+    (expose,) = _args(final, "EXPOSE")
+    s = HostdSettings()
+    assert {int(p) for p in expose.split()} == {int(s.listen.rpartition(":")[2]), s.metrics_port}

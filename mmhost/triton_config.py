@@ -13,6 +13,7 @@
       priority_levels, default_priority_level    the same
       default_queue_policy {timeout_action, default_timeout_microseconds, allow_timeout_override, max_queue_size}
                                                  queue_policy {timeout_action, default_timeout_us, ...}
+                                                 (absent: mmhost's queue policy defaults)
     instance_group [{count}]                     instance_count = the sum of the counts (kind, gpus: mmhost places)
     version_policy                               which version folders are imported (default: the latest one)
     default_model_filename                       the file read from each version folder
@@ -226,6 +227,8 @@ def parse_pbtxt(text: str, source: str = "config.pbtxt") -> TritonModelConfig:
             raise TritonConfigError(
                 f"{source}: dynamic_batching.priority_queue_policy: per-priority queue policies are not supported "
                 "(mmhost applies one queue policy per model)", refused=True)
+        if not batching:
+            warnings.append("dynamic_batching ignored: max_batch_size is 0, so requests are not batched")
         if db.preserve_ordering:
             warnings.append("dynamic_batching.preserve_ordering ignored: each request gets its own response")
         opts["dynamic_batching"] = {

@@ -143,3 +143,18 @@ def test_upload_refuses_a_nested_typo(cli, s3_uri, repo, demo_files, tmp_path, e
     r = cli("upload", "--store", s3_uri, "--tenant", "cfg", "--model", "z", demo_files / "mlp.onnx", "--config", cfg)
     assert r.exit_code == 1 and "queue_policy.max_queue_sise" in r.output
     assert repo.versions("cfg", "z") == []
+
+
+def test_import_indexes_the_new_versions_in_redis(cli, s3_uri, repo, redis_server, triton_repo_good):
+    import uuid
+
+    from catalog.index import RedisCatalog, connect_redis
+
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    rcat = RedisCatalog(connect_redis(redis_server.url), repo, prefix=prefix)
+    rcat.rebuild()  # an empty, ready index: what it lists from now on comes from Redis, not from storage
+    r = cli("import", "triton", "--store", s3_uri, "--tenant", "acme", triton_repo_good,
+            "--redis", redis_server.url, "--redis-prefix", prefix)
+    assert r.exit_code == 0, r.output
+    assert rcat.ready() and rcat.versions("acme", "mlp") == ["1", "2"] and rcat.versions("acme", "ts") == ["1"]
+    assert rcat.resolve("acme", "mlp").max_batch_size == 16

@@ -123,6 +123,7 @@ def _split_unknown(text: str, desc: Descriptor) -> tuple[str, list[tuple[str, li
             if name == "[":  # an extension or Any type URL: not part of Triton's config
                 while not tok.AtEnd() and take() != "]":
                     pass
+                name = "(extension)"
             f = d.fields_by_name.get(name) if d is not None else None
             if tok.token == ":":
                 take()

@@ -1,36 +1,69 @@
 """One place where exceptions become gRPC statuses (KServe's pattern), on hostd and router alike:
-ServingError keeps its code and message and adds the `mmhost-reason` trailer (always) and `retry-after-ms`
-(when it has one); anything else is INTERNAL with reason `internal`, logged with its traceback, and never
-crashes the server."""
+ServingError keeps its code and adds the `mmhost-reason` trailer (always), `retry-after-ms` (when it has one)
+and `mmhost-request-id` (always); anything else is INTERNAL with reason `internal`, logged with its traceback
+under that id, and never crashes the server.
+
+What the caller reads is `ground.errors.public_message` of the error's message: at most ~1 KB, with no URL,
+absolute path or IP address in it. When something was withheld (the error's `detail`, a scrubbed location,
+an internal error's text) the message ends with "(request id ID)" and the whole of it is logged with that id.
+
+Request bodies are decoded here, not by grpc: a handler registered with a generated deserializer (hostd's
+servicer, the control service) gets the raw bytes decoded inside the wrapper, so an undecodable body is
+INVALID_ARGUMENT with reason `invalid_argument`, never grpc's own UNKNOWN (which a router would read as a
+failed transport and mark a healthy host down for)."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 
 import grpc
 from grpc import aio
 
-from ground.errors import ServingError
-from ground.wire import REASON, RETRY_AFTER, Reason
+from ground.errors import MAX_MESSAGE_CHARS, Forwarded, InvalidArgument, ServingError, cap, scrub
+from ground.wire import REASON, REQUEST_ID, RETRY_AFTER, Reason
 
 log = logging.getLogger(__name__)
 
 
-async def _abort(context: aio.ServicerContext, err: Exception) -> None:
+def new_request_id() -> str:
+    return secrets.token_hex(6)
+
+
+def status_of(err: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """(code, caller-facing message, trailing metadata) for an exception; logs what the caller does not see."""
     if isinstance(err, ServingError):
-        md: tuple[tuple[str, str], ...] = ((REASON, err.wire_reason),)
+        rid = (err.request_id if isinstance(err, Forwarded) else "") or new_request_id()
+        text = scrub(err.message)
+        if (err.detail or text != err.message) and not isinstance(err, Forwarded):
+            log.warning("request %s: %s %s%s", rid, err.code.name, err.message,
+                        f" ({err.detail})" if err.detail else "")
+            text = f"{cap(text, MAX_MESSAGE_CHARS - 40)} (request id {rid})"
+        text = cap(text)
+        md: tuple[tuple[str, str], ...] = ((REASON, err.wire_reason), (REQUEST_ID, rid))
         if err.retry_after_ms is not None:
             md += ((RETRY_AFTER, str(int(err.retry_after_ms))),)
-        context.set_trailing_metadata(md)
-        await context.abort(err.code, err.message)
-    log.exception("internal error", exc_info=err)
-    context.set_trailing_metadata(((REASON, Reason.INTERNAL.value),))
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(err).__name__}: {err}")
+        return err.code, text, md
+    rid = new_request_id()
+    log.error("request %s: internal error", rid, exc_info=err)
+    return (grpc.StatusCode.INTERNAL, f"internal error (request id {rid})",
+            ((REASON, Reason.INTERNAL.value), (REQUEST_ID, rid)))
 
 
-def _wrap_unary(behavior):
+async def _abort(context: aio.ServicerContext, err: Exception) -> None:
+    code, text, md = status_of(err)
+    context.set_trailing_metadata(md)
+    await context.abort(code, text)
+
+
+def _wrap_unary(behavior, deserializer=None):
     async def wrapper(request, context):
         try:
+            if deserializer is not None:
+                try:
+                    request = deserializer(request)
+                except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others
+                    raise InvalidArgument(f"malformed request message: cannot decode it ({type(e).__name__})") from None
             return await behavior(request, context)
         except aio.AbortError:
             raise
@@ -54,8 +87,8 @@ class ErrorInterceptor(aio.ServerInterceptor):
         if hit is not None and hit[0] is handler:
             return hit[1]
         wrapped = grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
+            _wrap_unary(handler.unary_unary, handler.request_deserializer),
+            request_deserializer=None,  # raw bytes in: decoded inside the wrapper (INVALID_ARGUMENT on failure)
             response_serializer=handler.response_serializer,
         )
         if len(self._wrapped) > 1024:  # handlers are per method; a server that builds them per call stays bounded

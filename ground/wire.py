@@ -9,6 +9,9 @@ Metadata a router sends to a hostd:
 Trailing metadata on every error mmhost itself answers (router or hostd):
     mmhost-reason      why, as one of the `Reason` values (machine-readable; the message is for people)
     retry-after-ms     on refusals the caller may retry: how long to wait first
+    mmhost-request-id  a short id the process that answered logged the error's details under (endpoints,
+                       buckets, paths and exception text never reach a tenant; an operator finds them by
+                       this id). A router passes a hostd's id on with the hostd's status.
 
 An error status that carries no `mmhost-reason` did not come from an mmhost process: the transport
 failed (connection refused or reset, stream torn down) or something in between answered. That is what a
@@ -30,6 +33,7 @@ CONTROL_SERVICE = "mmhost.hostd.HostdControl"
 TENANT_HEADER = "mmhost-tenant"
 REASON = "mmhost-reason"
 RETRY_AFTER = "retry-after-ms"
+REQUEST_ID = "mmhost-request-id"
 
 # What ServerMetadata advertises, on hostd and router alike (Triton's extension names).
 EXTENSIONS = ("model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters",
@@ -43,6 +47,7 @@ class Reason(str, Enum):
     QUOTA_RATE = "quota_rate"
     QUOTA_CONCURRENCY = "quota_concurrency"
     QUEUE_FULL = "queue_full"
+    INFLIGHT_BYTES = "inflight_bytes"  # the process's (or the tenant's) budget of request bytes in flight is full
     QUEUE_TIMEOUT = "queue_timeout"
     DEADLINE = "deadline"
     DEADLINE_INFEASIBLE = "deadline_infeasible"
@@ -60,6 +65,7 @@ class Reason(str, Enum):
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
     UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"  # an operator action asked for by a tenant (e.g. pinning a model)
     INTERNAL = "internal"
 
 

@@ -85,6 +85,15 @@ class HostdSettings(BaseSettings):
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"
     )
     max_request_bytes: int = Field(64 << 20, gt=0, description="largest accepted request (all tensors)")
+    inflight_bytes: str = Field(
+        "512MiB", description="request bytes in flight in this hostd, all tenants together (ground/inflight_policy.py); "
+        "past it requests get RESOURCE_EXHAUSTED inflight_bytes: bytes (512MiB) or a fraction of memory_limit; 0 = off",
+    )
+    tenant_inflight_bytes: str = Field(
+        "", description="request bytes in flight of one tenant (bytes or a fraction of memory_limit); "
+        "empty = a quarter of inflight_bytes; 0 = off",
+    )
+    memory_limit: str = Field("", description="the process's memory limit (the pod's), for fractional byte budgets")
     max_queue_size: int = Field(1024, ge=1, description="per-model queue bound when the manifest sets none")
     drain_timeout_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight work")
     drain_linger_s: float = Field(
@@ -182,6 +191,20 @@ class RouterSettings(BaseSettings):
     retry_budget_cap: float = Field(100.0, ge=1, description="retry budget: most retries saved up")
     default_timeout_s: float = Field(0.0, ge=0, description="deadline for calls that set none; 0 = none")
     max_message_bytes: int = Field(64 << 20, gt=0, description="largest request or response forwarded")
+    inflight_bytes: str = Field(
+        "256MiB", description="ModelInfer request bytes in flight in this router, all tenants together "
+        "(ground/inflight_policy.py); past it requests get RESOURCE_EXHAUSTED inflight_bytes: bytes (256MiB) or a "
+        "fraction of memory_limit; 0 = off",
+    )
+    tenant_inflight_bytes: str = Field(
+        "", description="ModelInfer request bytes in flight of one tenant (bytes or a fraction of memory_limit); "
+        "empty = a quarter of inflight_bytes; 0 = off",
+    )
+    memory_limit: str = Field("", description="the process's memory limit (the pod's), for fractional byte budgets")
+    max_unknown_names: int = Field(
+        4096, ge=0, description="names the catalog did not know, remembered (per tenant and model, LRU) for "
+        "catalog_miss_ttl_s; bounds the router's memory whatever names tenants send",
+    )
     access_log: str | None = Field(None, description="access log file (JSON lines); '-' = stdout; unset = off")
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")

@@ -6,6 +6,12 @@ here: draining and in-flight accounting, the deadline, request priority, request
 model statistics, model readiness. Errors are raised as ServingError (ground/errors.py); one interceptor
 turns them into statuses.
 
+Bytes in flight are bounded per tenant and for the host (ground/inflight_policy.py, sized by the settings
+`inflight_bytes` / `tenant_inflight_bytes`): each request's size is charged when DataPlane.infer starts and
+given back when it ends; past the budget the request is RESOURCE_EXHAUSTED `inflight_bytes` with
+retry-after-ms before it is decoded, queued or batched, so one tenant's storm of large requests holds at most
+its share of this host's memory.
+
 The clock is injected: `clock` (monotonic seconds) for deadlines, durations, rates and load backoffs, the
 same clock the manager uses; `wall` (Unix seconds) only for Triton's `last_inference` timestamp. Tests
 drive it with a fake manager and a fake clock (tests/hostd/test_dataplane.py).
@@ -20,7 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ground.deadlines import deadline_at
-from ground.errors import InvalidArgument, NotFound, ServingError, Unavailable
+from ground.errors import InvalidArgument, NotFound, ResourceExhausted, ServingError, Unavailable
+from ground.inflight_policy import InflightBytes, budget_of
 from ground.manifest import ModelManifest
 from ground.params import param_int
 from ground.wire import Reason
@@ -39,6 +46,18 @@ _SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED
 
 
 # ---- rules (pure) ---------------------------------------------------------------------------------------
+def request_bytes(request: pb.ModelInferRequest) -> int:
+    """What a request holds in memory, near enough to charge it: its raw tensor bytes, plus 8 bytes per typed
+    element (the widest type) and the bytes of BYTES elements. No serialization (ByteSize would copy it)."""
+    n = sum(len(r) for r in request.raw_input_contents)
+    for t in request.inputs:
+        c = t.contents
+        n += 8 * (len(c.bool_contents) + len(c.int_contents) + len(c.int64_contents) + len(c.uint_contents)
+                  + len(c.uint64_contents) + len(c.fp32_contents) + len(c.fp64_contents))
+        n += sum(len(b) for b in c.bytes_contents)
+    return n
+
+
 def int_param(params, name: str) -> int | None:
     """An integer request parameter; InvalidArgument (naming it) when it is not one."""
     try:
@@ -95,8 +114,13 @@ class StatsRow:
 
 class DataPlane:
     def __init__(self, manager: ModelManager, metrics: HostdMetrics, *,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 inflight: InflightBytes | None = None) -> None:
+        """`inflight`: the byte budget (default: from the manager's settings)."""
         self.manager = manager
+        s = manager.settings
+        self.inflight_bytes = inflight or InflightBytes(budget_of(s.inflight_bytes, s.tenant_inflight_bytes,
+                                                                  s.memory_limit))
         self.metrics = metrics
         self._clock = clock
         self._wall = wall
@@ -137,10 +161,17 @@ class DataPlane:
         t0 = self._clock()
         model = request.model_name
         e = None
+        charged = 0
         try:
             if self.draining:
                 raise Unavailable("server is draining; retry on another host", reason=Reason.DRAINING.value,
                                   retry_after_ms=DRAIN_RETRY_AFTER_MS)
+            n = request_bytes(request)
+            grant = self.inflight_bytes.acquire(tenant, n)
+            if not grant.granted:
+                raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
+                                        reason=Reason.INFLIGHT_BYTES.value)
+            charged = n
             if not model:
                 raise InvalidArgument("model_name is required")
             e = await self.manager.resolve(tenant, model, request.model_version or None)
@@ -155,6 +186,9 @@ class DataPlane:
         except ServingError as err:
             self._count(tenant, model, err.code.name, t0, e, err)
             raise
+        finally:
+            if charged:
+                self.inflight_bytes.release(tenant, charged)
         self._count(tenant, model, "OK", t0, e)
         return resp
 

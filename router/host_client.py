@@ -10,7 +10,7 @@ from typing import Protocol
 import grpc
 
 from ground.errors import Forwarded
-from ground.wire import reason_of, retry_after_ms
+from ground.wire import REQUEST_ID, reason_of, retry_after_ms, trailer
 
 Metadata = Sequence[tuple[str, str | bytes]]
 
@@ -29,7 +29,8 @@ class HostError(Exception):
 
     def forwarded(self) -> Forwarded:
         """The same status, to pass on to the caller unchanged."""
-        return Forwarded(self.code, self.details, retry_after_ms(self.trailing), self.reason or "")
+        return Forwarded(self.code, self.details, retry_after_ms(self.trailing), self.reason or "",
+                         trailer(self.trailing, REQUEST_ID) or "")
 
 
 class HostClient(Protocol):

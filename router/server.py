@@ -84,7 +84,8 @@ class Router:
             self.tenants = FileTenants(s.tenants_file)
             self.source = StaticHosts(self.forwarder, s.hosts, s.poll_timeout_s)
             catalog = open_catalog(s, s3, None)
-        self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s, clock=self.clock)
+        self.directory = ModelDirectory(catalog, s.catalog_ttl_s, s.catalog_miss_ttl_s, clock=self.clock,
+                                        max_unknown=s.max_unknown_names)
         self.dispatcher = Dispatcher(hosts=self.forwarder, cluster=self.cluster, local=self.local, metrics=self.metrics,
                                      clock=self.clock, max_attempts=s.max_attempts,
                                      budget=RetryBudget(s.retry_budget_ratio, s.retry_budget_cap),

@@ -2,7 +2,24 @@
 method takes and returns raw bytes (a generic handler without deserializers), converts, and calls the parts
 that decide: authentication, the tenant's catalog (directory), admission, then the dispatcher (placement,
 forwarding, retries). ModelInfer reads only the routing header (router/header.py) and forwards the request
-bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor."""
+bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor.
+
+Bounds between tenants (PRODUCT.md, "Trust boundaries"):
+- Bytes in flight: each ModelInfer body is charged to its tenant's and the router's byte budget
+  (ground/inflight_policy.py) right after authentication, before the catalog check and forwarding, and given
+  back when the answer is back; past the budget it is RESOURCE_EXHAUSTED `inflight_bytes` with
+  retry-after-ms, and its bytes are dropped at once. Responses are not charged: each belongs to a charged
+  request and lives only between the hostd's answer and this handler's return, while the request's charge
+  still holds; both are bounded by max_message_bytes.
+- Pinning is an operator action. A tenant's RepositoryModelLoad that carries a `pin` parameter (true or
+  false) is PERMISSION_DENIED `permission_denied`, before the catalog check (so it says nothing about which
+  models exist). Why not charge pins to the tenant's device share instead: a pinned model can never be
+  evicted, so every pinned byte is taken from the pool all tenants share for as long as the pin lasts, and
+  no per-request rule at a router (which does not see the device) can keep a set of pins from several
+  routers within one host's budget. Operators pin on a hostd directly (its own port, behind mutual TLS),
+  where the budget is known, and a tenant's unpin cannot undo an operator's pin.
+- Without a catalog (no --store) an unload of a model no host holds is sent to every host and is NOT_FOUND
+  unless some host knows the model: never OK for a name nobody has."""
 
 from __future__ import annotations
 
@@ -12,10 +29,12 @@ from grpc import aio
 
 from ground import __version__
 from ground.deadlines import deadline_at, remaining_s
-from ground.errors import Forwarded, InvalidArgument, ResourceExhausted, ServingError, Unauthenticated, Unavailable
+from ground.errors import (Forwarded, InvalidArgument, PermissionDenied, ResourceExhausted, ServingError, Unauthenticated,
+                           Unavailable)
+from ground.inflight_policy import InflightBytes, budget_of
 from ground.params import param_int
 from ground.settings import RouterSettings
-from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER
+from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER, Reason
 from protos import grpc_service_pb2 as pb
 from router.accesslog import AccessLog
 from router.admission import Admission
@@ -31,6 +50,9 @@ from router.stats_merge import merge_statistics
 
 __all__ = ["TENANT_HEADER", "RouterServicer"]
 SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
+# Every call but ModelInfer carries names and a few parameters; forwarded bodies bigger than this are refused
+# (INVALID_ARGUMENT), so bytes in flight on those calls stay small without a budget of their own.
+MAX_CONTROL_BODY = 1 << 20
 
 
 def _parse(cls, body: bytes):
@@ -43,9 +65,12 @@ def _parse(cls, body: bytes):
 class RouterServicer:
     def __init__(self, *, settings: RouterSettings, keys: KeyIndex, directory: ModelDirectory, cluster: ClusterView,
                  dispatcher: Dispatcher, metrics: RouterMetrics, access_log: AccessLog, clock: Clock,
-                 wall_clock: Clock, admission: Admission | None = None) -> None:
-        """`clock`: monotonic seconds, the dispatcher's clock too; `wall_clock`: unix seconds (access log)."""
+                 wall_clock: Clock, admission: Admission | None = None, inflight: InflightBytes | None = None) -> None:
+        """`clock`: monotonic seconds, the dispatcher's clock too; `wall_clock`: unix seconds (access log);
+        `inflight`: the byte budget (default: from settings)."""
         self.settings = settings
+        self.inflight = inflight or InflightBytes(budget_of(settings.inflight_bytes, settings.tenant_inflight_bytes,
+                                                            settings.memory_limit))
         self.admission = admission or Admission()
         self.keys, self.directory, self.cluster, self.dispatcher = keys, directory, cluster, dispatcher
         self.metrics, self.access_log = metrics, access_log
@@ -55,7 +80,8 @@ class RouterServicer:
         names = ["ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelConfig",
                  "ModelInfer", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]
         return grpc.method_handlers_generic_handler(
-            SERVICE, {n: grpc.unary_unary_rpc_method_handler(getattr(self, n)) for n in names})
+            SERVICE, {n: grpc.unary_unary_rpc_method_handler(getattr(self, n) if n == "ModelInfer" else _small(n, getattr(self, n)))
+                      for n in names})
 
     # -- front door -------------------------------------------------------------------------------
 
@@ -108,9 +134,15 @@ class RouterServicer:
         model, version = hdr.model_name, hdr.model_version
         deadline = self._deadline(context, t0, _param_int(hdr.parameters, "timeout"))
         status, host, resp, known, reason = "OK", "", b"", False, None
+        charged = 0
         try:
             if not model:
                 raise InvalidArgument("model_name is required")
+            grant = self.inflight.acquire(tenant, len(body))
+            if not grant.granted:
+                raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
+                                        reason=Reason.INFLIGHT_BYTES.value)
+            charged = len(body)
             await self.directory.check(tenant, model, version)
             known = True
             self._admit(tenant, model, version, deadline)
@@ -127,6 +159,8 @@ class RouterServicer:
                 self.metrics.shed.labels(tenant, model if known else "(unknown)", reason).inc()
             raise
         finally:
+            if charged:
+                self.inflight.release(tenant, charged)
             total = self.clock() - t0
             served = version
             if resp:
@@ -183,6 +217,10 @@ class RouterServicer:
         req = _parse(pb.RepositoryModelLoadRequest, body)
         if not req.model_name:
             raise InvalidArgument("model_name is required")
+        if "pin" in req.parameters:
+            raise PermissionDenied("pinning a model is an operator action (RepositoryModelLoad with 'pin' on a "
+                                   "hostd directly); load without the 'pin' parameter",
+                                   reason=Reason.PERMISSION_DENIED.value)
         v = req.parameters.get("version")
         version = v.string_param if v is not None and v.WhichOneof("parameter_choice") == "string_param" else ""
         await self.directory.check(tenant, req.model_name, version)
@@ -195,11 +233,21 @@ class RouterServicer:
         if not req.model_name:
             raise InvalidArgument("model_name is required")
         await self.directory.check(tenant, req.model_name)
-        holders = self.cluster.holders(model_key(tenant, req.model_name))
-        for r in await self.dispatcher.broadcast(tenant, holders, "RepositoryModelUnload", body,
+        hosts = self.cluster.holders(model_key(tenant, req.model_name))
+        if not hosts and not self.directory.enabled:  # no catalog here to say the model exists: ask every host
+            hosts = [h.address for h in self.cluster.eligible()]
+            if not hosts:
+                raise Unavailable("no host is up to unload the model on; retry later", retry_after_ms=1000,
+                                  reason=Reason.NO_HOST.value)
+        known = self.directory.enabled  # with a catalog, check() above said the model exists
+        for r in await self.dispatcher.broadcast(tenant, hosts, "RepositoryModelUnload", body,
                                                  timeout=context.time_remaining()):
-            if isinstance(r, HostError) and r.code is not grpc.StatusCode.NOT_FOUND:
+            if not isinstance(r, HostError):
+                known = True
+            elif r.code is not grpc.StatusCode.NOT_FOUND:
                 raise r.forwarded()
+        if not known:
+            raise not_found(req.model_name)
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
     async def RepositoryIndex(self, body: bytes, context) -> bytes:
@@ -235,6 +283,15 @@ class RouterServicer:
                 continue  # a host that cannot answer is left out
             answers.append(pb.ModelStatisticsResponse.FromString(r))
         return merge_statistics(answers, req.name, req.version).SerializeToString()
+
+
+def _small(name: str, method):
+    async def call(body: bytes, context) -> bytes:
+        if len(body) > MAX_CONTROL_BODY:
+            raise InvalidArgument(f"{name} request of {len(body)} bytes; at most {MAX_CONTROL_BODY} are accepted")
+        return await method(body, context)
+
+    return call
 
 
 def _param_int(params, name: str) -> int | None:

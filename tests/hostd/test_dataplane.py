@@ -65,6 +65,9 @@ class Runner:
 @dataclass
 class Settings:
     max_request_bytes: int = 1 << 20
+    inflight_bytes: str = "512MiB"
+    tenant_inflight_bytes: str = ""
+    memory_limit: str = ""
 
 
 class Manager:

@@ -32,6 +32,8 @@ class Isolated:
     hostd: HostdProc
     keys: dict[str, str]
     tenants_file: Path
+    store: Path
+    workdir: Path
 
 
 def build_store(root: Path, work: Path) -> None:
@@ -56,7 +58,7 @@ def isolated(tmp_path_factory):
             "big": reg.create("big", "premium")}
     h = HostdProc(str(store), work, args=["--tenant-limits", str(f)], tenant="nobody")
     r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(f), "--store", str(store), "--refresh-interval", "0.2"])
-    yield Isolated(r, h, keys, f)
+    yield Isolated(r, h, keys, f, store, work)
     r.stop()
     h.stop()
 

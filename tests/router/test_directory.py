@@ -111,3 +111,44 @@ def test_without_a_catalog_every_model_passes_to_the_hosts():
     d = ModelDirectory(None, 5.0, 1.0, clock=FakeClock())
     check(d, "acme", "anything")
     assert not d.enabled
+
+
+def test_unknown_names_are_remembered_in_a_bounded_lru_and_impossible_names_never_looked_up():
+    clock, cat = FakeClock(), FakeCatalog({("acme", "m"): ["1"]})
+    d = ModelDirectory(cat, ttl_s=5.0, miss_ttl_s=1.0, clock=clock, max_unknown=100)  # type: ignore[arg-type]
+
+    async def many() -> int:
+        refused = 0
+        for i in range(5_000):
+            try:
+                await d.check("acme", f"nope{i}")
+            except NotFound:
+                refused += 1
+        return refused
+
+    assert asyncio.run(many()) == 5_000
+    assert d.cached() == (0, 100) and cat.lookups == 5_000
+    check(d, "acme", "m")
+    for name in ("x" * 129, "a/b", "..", "", "nul\x00", "é"):
+        with pytest.raises(NotFound) as e:
+            check(d, "acme", name)
+        assert len(e.value.message) < 100
+    with pytest.raises(NotFound):
+        check(d, "acme", "m", "v" * 500)
+    assert d.cached() == (1, 100) and cat.lookups == 5_001  # none of those reached the catalog
+
+
+def test_not_found_echoes_at_most_64_characters_of_a_name():
+    d = directory(FakeCatalog({}), FakeClock())
+    with pytest.raises(NotFound) as e:
+        check(d, "acme", "n" * 128)
+    assert e.value.message == f"model {'n' * 64!r}... not found"
+
+
+def test_catalog_down_names_no_location_to_the_caller():
+    clock, cat = FakeClock(), FakeCatalog({})
+    cat.down = True
+    d = directory(cat, clock)
+    with pytest.raises(Unavailable) as e:
+        check(d, "acme", "m")
+    assert "redis://" not in e.value.message and "redis://fake" in e.value.detail

@@ -15,8 +15,10 @@ the total (a quarter by default), so one tenant never fills the process and othe
   load, never refused forever; the same holds for a request larger than the process total while nothing
   at all is in flight. (The transport's message limit, max_message_bytes / max_request_bytes, still
   bounds the size of any one request.)
-- The retry hint grows with how far over the bound the request is: the time the excess takes to drain at
-  `drain_bytes_per_s`, between `min_retry_ms` and `max_retry_ms`. It is a hint; the caller's client decides.
+- The retry hint is the time the bytes already in flight under the refusing bound take to drain at
+  `drain_bytes_per_s` (between `min_retry_ms` and `max_retry_ms`): a tenant with 64 MiB in flight is told
+  ~250 ms, so a client that honours it stops resending bodies that cannot fit yet (each resend costs the
+  server its receipt). It is a hint; the caller's client decides.
 - A bound of 0 turns that bound off.
 """
 
@@ -74,14 +76,14 @@ class InflightBytes:
         b = self.budget
         n = max(0, n)
         mine = self._by_tenant.get(tenant, 0)
-        over = 0
+        held = 0  # bytes in flight under the bound that refuses: about what must drain before this fits
         who = ""
         if b.per_tenant and mine + n > b.per_tenant and mine > 0:
-            over, who = mine + n - b.per_tenant, f"the tenant's bound of {b.per_tenant} bytes"
+            held, who = mine, f"the tenant's bound of {b.per_tenant} bytes"
         elif b.total and self.total + n > b.total and not (self.total == 0 and mine == 0):
-            over, who = self.total + n - b.total, f"this server's bound of {b.total} bytes"
-        if over:
-            ms = int(over * 1000 / b.drain_bytes_per_s) if b.drain_bytes_per_s > 0 else b.max_retry_ms
+            held, who = self.total, f"this server's bound of {b.total} bytes"
+        if who:
+            ms = int(held * 1000 / b.drain_bytes_per_s) if b.drain_bytes_per_s > 0 else b.max_retry_ms
             return Grant(False, min(b.max_retry_ms, max(b.min_retry_ms, ms)),
                          f"too many request bytes in flight: {n} more would pass {who}; retry later")
         self._by_tenant[tenant] = mine + n

@@ -201,6 +201,12 @@ class RouterSettings(BaseSettings):
         "empty = a quarter of inflight_bytes; 0 = off",
     )
     memory_limit: str = Field("", description="the process's memory limit (the pod's), for fractional byte budgets")
+    max_concurrent_streams: int = Field(
+        0, ge=0, description="calls one client connection may have open at once (HTTP/2 max_concurrent_streams). "
+        "Bounds the bytes one connection pushes in before the byte budget can refuse them (gRPC hands a body over "
+        "only once it is whole), but calls a client opens before it sees the setting are reset (UNAVAILABLE, "
+        "REFUSED_STREAM); 0 = gRPC's default (no bound)",
+    )
     max_unknown_names: int = Field(
         4096, ge=0, description="names the catalog did not know, remembered (per tenant and model, LRU) for "
         "catalog_miss_ttl_s; bounds the router's memory whatever names tenants send",

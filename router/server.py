@@ -152,7 +152,10 @@ class Router:
         self.server = aio.server(
             interceptors=[ErrorInterceptor()],
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                     ("grpc.so_reuseport", 0)],
+                     ("grpc.so_reuseport", 0)]
+            # a client's calls past this many on one connection wait in the client: bounds the bytes one
+            # connection pushes in before the byte budget (which sees a body only once it is whole) can refuse it
+            + ([("grpc.max_concurrent_streams", s.max_concurrent_streams)] if s.max_concurrent_streams else []),
         )
         self.server.add_generic_rpc_handlers((self.servicer.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

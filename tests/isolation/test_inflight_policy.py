@@ -30,13 +30,16 @@ def test_the_total_bounds_all_tenants_together():
     assert b.acquire("c", 1).granted
 
 
-def test_the_retry_hint_grows_with_the_excess_and_is_capped():
-    budget = ByteBudget(total=0, per_tenant=10 * MB, drain_bytes_per_s=100 * MB, min_retry_ms=20, max_retry_ms=2000)
+def test_the_retry_hint_is_the_time_the_bytes_in_flight_take_to_drain_capped():
+    budget = ByteBudget(total=0, per_tenant=64 * MB, drain_bytes_per_s=256 * MB, min_retry_ms=20, max_retry_ms=2000)
     b = InflightBytes(budget)
-    assert b.acquire("a", 10 * MB).granted
-    small, big = b.acquire("a", 1 * MB), b.acquire("a", 9 * MB)
-    assert 20 <= small.retry_after_ms < big.retry_after_ms <= 2000
-    assert not b.acquire("a", 10**12).granted and b.acquire("a", 10**12).retry_after_ms == 2000
+    assert b.acquire("a", 1 * MB).granted
+    assert b.acquire("a", 64 * MB).retry_after_ms == 20  # 1 MiB drains in 4 ms: the floor
+    assert b.acquire("a", 63 * MB).granted
+    assert b.acquire("a", 1).retry_after_ms == 250  # 64 MiB at 256 MiB/s
+    slow = InflightBytes(ByteBudget(total=0, per_tenant=64 * MB, drain_bytes_per_s=1 * MB))
+    slow.acquire("a", 64 * MB)
+    assert slow.acquire("a", 1).retry_after_ms == 2000  # the cap
 
 
 def test_a_request_bigger_than_the_tenant_bound_runs_alone_never_refused_forever():

@@ -1,6 +1,6 @@
 """Batch formation as a pure function of (queue, now): form this batch now, or wait until a time.
 
-No clock, no I/O: the runner in hostd/batcher.py and the simulator in sim/ drive exactly this code.
+No clock, no I/O: hostd/core/queue.py drives exactly this code, for hostd's runner and sim/ alike.
 
 Rules, in order:
 1. A request whose deadline has passed is expired (answered DEADLINE_EXCEEDED, never executed). A request
@@ -41,7 +41,7 @@ class BatchConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class BatchDecision:
     run: tuple[int, ...] = ()  # seqs forming one batch to execute now, in batch order
     expired: tuple[int, ...] = ()  # deadline passed: drop, answer DEADLINE_EXCEEDED
     rejected: tuple[int, ...] = ()  # queue timeout passed with action "reject"
@@ -53,7 +53,7 @@ def _order(p: Pending, now: float) -> tuple[float, int]:
     return (INF if sunk else p.priority, p.seq)
 
 
-def decide(queue: Sequence[Pending], now: float, free_executors: int, cfg: BatchConfig) -> Decision:
+def decide(queue: Sequence[Pending], now: float, free_executors: int, cfg: BatchConfig) -> BatchDecision:
     expired: list[int] = []
     rejected: list[int] = []
     live: list[Pending] = []
@@ -69,9 +69,9 @@ def decide(queue: Sequence[Pending], now: float, free_executors: int, cfg: Batch
             if p.queue_timeout_at > now:
                 next_event = min(next_event, p.queue_timeout_at)
 
-    def done(run: tuple[int, ...] = (), wake: float = INF) -> Decision:
+    def done(run: tuple[int, ...] = (), wake: float = INF) -> BatchDecision:
         w = min(wake, next_event)
-        return Decision(run, tuple(expired), tuple(rejected), None if w == INF else w)
+        return BatchDecision(run, tuple(expired), tuple(rejected), None if w == INF else w)
 
     if not live or free_executors <= 0:
         return done()
@@ -106,6 +106,6 @@ def decide(queue: Sequence[Pending], now: float, free_executors: int, cfg: Batch
             return done(tuple(p.seq for p in batch[: best + 1]))
 
     oldest = min(p.arrival for p in batch)
-    if now - oldest >= cfg.max_queue_delay:
+    if now >= oldest + cfg.max_queue_delay:  # the same sum as wake_at, so waking at wake_at runs it
         return done(tuple(p.seq for p in batch))
     return done(wake=oldest + cfg.max_queue_delay)

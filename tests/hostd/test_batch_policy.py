@@ -49,6 +49,14 @@ def test_delay_waits_for_the_oldest_request_then_runs():
     assert d.run == (0, 1)
 
 
+def test_waking_at_wake_at_runs_the_batch_despite_float_rounding():
+    # (0.7 + 0.1) - 0.7 < 0.1 in floating point: comparing the waited time would wake at the same instant forever
+    cfg = BatchConfig(max_batch_size=8, max_queue_delay=0.1)
+    queue = q((0.7, 1))
+    d = decide(queue, 0.7, 1, cfg)
+    assert d.run == () and decide(queue, d.wake_at, 1, cfg).run == (0,)
+
+
 def test_delay_does_not_hold_a_full_batch():
     cfg = BatchConfig(max_batch_size=4, max_queue_delay=1.0)
     d = decide(q((0, 2), (0, 2)), 0.0, 1, cfg)

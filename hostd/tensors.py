@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ground.errors import InvalidArgument
+from ground.errors import InvalidArgument, shown
 from ground.manifest import DATATYPES, ModelFormat, ModelManifest, TensorSpec
 from protos import grpc_service_pb2 as pb
 
@@ -59,10 +59,10 @@ def _numel(shape, name: str, limit: int) -> int:
     n = 1
     for d in shape:
         if d < 0:
-            raise InvalidArgument(f"input {name!r}: shape {list(shape)} has a negative dimension")
+            raise InvalidArgument(f"input {shown(name)}: shape {list(shape)} has a negative dimension")
         n *= d
         if n > limit:
-            raise InvalidArgument(f"input {name!r}: shape {list(shape)} is larger than the request size limit")
+            raise InvalidArgument(f"input {shown(name)}: shape {list(shape)} is larger than the request size limit")
     return n
 
 
@@ -88,15 +88,15 @@ def _decode_bytes_raw(buf: bytes, n: int, name: str) -> np.ndarray:
     off = 0
     for i in range(n):
         if off + 4 > len(buf):
-            raise InvalidArgument(f"input {name!r}: raw BYTES content ends inside element {i}")
+            raise InvalidArgument(f"input {shown(name)}: raw BYTES content ends inside element {i}")
         (ln,) = struct.unpack_from("<I", buf, off)
         off += 4
         if off + ln > len(buf):
-            raise InvalidArgument(f"input {name!r}: raw BYTES element {i} runs past the end of the content")
+            raise InvalidArgument(f"input {shown(name)}: raw BYTES element {i} runs past the end of the content")
         out[i] = bytes(buf[off : off + ln])
         off += ln
     if off != len(buf):
-        raise InvalidArgument(f"input {name!r}: {len(buf) - off} bytes left over after {n} BYTES elements")
+        raise InvalidArgument(f"input {shown(name)}: {len(buf) - off} bytes left over after {n} BYTES elements")
     return out
 
 
@@ -106,7 +106,7 @@ def _check_utf8(arr: np.ndarray, name: str) -> None:
         try:
             v.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidArgument(f"input {name!r}: BYTES element {i} is not valid UTF-8, which ONNX string tensors need") from None
+            raise InvalidArgument(f"input {shown(name)}: BYTES element {i} is not valid UTF-8, which ONNX string tensors need") from None
 
 
 def encode_bytes_raw(arr: np.ndarray) -> bytes:
@@ -133,18 +133,18 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
     for i, t in enumerate(req.inputs):
         spec = specs.get(t.name)
         if spec is None:
-            raise InvalidArgument(f"unknown input {t.name!r}; the model's inputs are {sorted(specs)}")
+            raise InvalidArgument(f"unknown input {shown(t.name)}; the model's inputs are {sorted(specs)}")
         if t.name in seen:
-            raise InvalidArgument(f"input {t.name!r} given more than once")
+            raise InvalidArgument(f"input {shown(t.name)} given more than once")
         dt = t.datatype.upper()
         if dt != spec.datatype:
-            raise InvalidArgument(f"input {t.name!r}: expected datatype {spec.datatype}, got {t.datatype or '(empty)'}")
+            raise InvalidArgument(f"input {shown(t.name)}: expected datatype {spec.datatype}, got {t.datatype[:32] or '(empty)'}")
         shape = list(t.shape)
         _check_shape(spec, shape, max_batch)
         n = _numel(shape, t.name, max_bytes)
         if use_raw:
             if t.HasField("contents"):
-                raise InvalidArgument(f"input {t.name!r}: give either contents or raw_input_contents, not both")
+                raise InvalidArgument(f"input {shown(t.name)}: give either contents or raw_input_contents, not both")
             buf = raw_list[i]
             total += len(buf)
             if total > max_bytes:
@@ -155,16 +155,16 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
                 want = n * _NP[dt].itemsize
                 if len(buf) != want:
                     raise InvalidArgument(
-                        f"input {t.name!r}: raw content has {len(buf)} bytes, shape {shape} of {dt} needs {want}"
+                        f"input {shown(t.name)}: raw content has {len(buf)} bytes, shape {shape} of {dt} needs {want}"
                     )
                 arr = np.frombuffer(buf, dtype=_NP[dt])
         else:
             if dt == "FP16":
-                raise InvalidArgument(f"input {t.name!r}: FP16 data must be sent in raw_input_contents")
+                raise InvalidArgument(f"input {shown(t.name)}: FP16 data must be sent in raw_input_contents")
             field = getattr(t.contents, _CONTENTS_FIELD[dt])
             if len(field) != n:
                 raise InvalidArgument(
-                    f"input {t.name!r}: contents has {len(field)} elements, shape {shape} needs {n}"
+                    f"input {shown(t.name)}: contents has {len(field)} elements, shape {shape} needs {n}"
                 )
             if dt == "BYTES":
                 arr = np.empty(n, dtype=object)
@@ -183,7 +183,7 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
             if rows is None:
                 rows = shape[0]
             elif shape[0] != rows:
-                raise InvalidArgument(f"input {t.name!r}: batch size {shape[0]} differs from other inputs ({rows})")
+                raise InvalidArgument(f"input {shown(t.name)}: batch size {shape[0]} differs from other inputs ({rows})")
     missing = [n for n in specs if n not in seen]
     if missing:
         raise InvalidArgument(f"missing input(s) {missing}")
@@ -191,7 +191,7 @@ def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) 
     requested = [o.name for o in req.outputs]
     for name in requested:
         if name not in out_names:
-            raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {out_names}")
+            raise InvalidArgument(f"unknown output {shown(name)}; the model's outputs are {out_names}")
     shape_key = tuple((n, seen[n].shape[1:] if max_batch > 0 else seen[n].shape) for n in specs)
     return DecodedRequest(
         inputs=seen,

@@ -1,9 +1,10 @@
-"""The per-model dynamic batcher: an asyncio runner around the pure batch policy.
+"""The per-model dynamic batcher: the asyncio shell around the core's model queue (hostd/core/queue.py).
 
 Requests wait in the model's queue; whenever something changes (a request arrives, an executor frees up,
-a timer fires) the runner asks `batch_policy.decide` what to do and does it. Executors are `instances`
+a timer fires) the runner asks the queue's plan what to do and does it. Executors are `instances`
 concurrent runs of the model in worker threads (ONNX Runtime and torch release the GIL while computing).
-Stacking inputs, the forward pass and splitting outputs all happen in the worker thread, off the event loop.
+With a host execution gate, a batch that could run first waits for a host slot. Merging inputs, the
+forward pass and splitting outputs (hostd/batch_tensors.py) all happen in the worker thread.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostd.batch_policy import INF, BatchConfig, Pending, decide
 from ground.errors import DeadlineExceeded, Internal, ResourceExhausted, Unavailable
+from hostd.batch_policy import INF, BatchConfig, Pending
+from hostd.batch_tensors import merge_inputs, output_names, split_outputs
+from hostd.core.queue import ModelQueue
 from hostd.execution import ExecutionGate
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import LoadedModel
@@ -27,7 +30,7 @@ from hostd.tensors import DecodedRequest
 
 @dataclass(slots=True)
 class _Item:
-    pending: Pending
+    arrival: float
     request: DecodedRequest
     future: asyncio.Future
 
@@ -54,23 +57,25 @@ class ModelRunner:
         metrics: HostdMetrics,
         gate: ExecutionGate | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_busy: Callable[[bool], None] | None = None,
     ) -> None:
+        """`on_busy(busy)` is called whenever `busy` changes (the device cache's eviction flag)."""
         self.tenant, self.model = tenant, model
         self._loaded = loaded
-        self._cfg = config
         self._limits = limits
-        self._free = instances
-        self._instances = instances
+        self.queue = ModelQueue(config, instances, limits.max_queue_size)
         self._pool = pool
         self._stats = stats
         self._clock = clock
-        self._queue: dict[int, _Item] = {}
+        self._items: dict[int, _Item] = {}  # queued requests' payloads, by seq
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._gate = gate
-        self._asking: int | None = None  # the gate request in flight: 0 while asking, then its seq
+        self._asking: int | None = None  # the gate request in flight: 0 while asking, then its token
+        self._on_busy = on_busy
+        self._was_busy = False
         self._idle = asyncio.Event()
         self._idle.set()
         labels = (tenant, model)
@@ -82,26 +87,41 @@ class ModelRunner:
     # ---- state other parts read -------------------------------------------------------------------
     @property
     def queue_depth(self) -> int:
-        return len(self._queue)
+        return len(self.queue)
 
     @property
     def instances(self) -> int:
-        return self._instances
+        return self.queue.executors
 
     @property
     def in_flight(self) -> int:
-        return self._instances - self._free
+        return self.queue.inflight
 
     @property
     def busy(self) -> bool:
         """Requests queued or executing: such a model must not be evicted."""
-        return bool(self._queue) or self._free < self._instances
+        return self.queue.busy
+
+    def _changed(self) -> None:
+        """After the queue or the executors changed: the depth gauge, the idle event, the busy callback."""
+        self._m_depth.set(len(self.queue))
+        busy = self.queue.busy
+        if busy:
+            self._idle.clear()
+        else:
+            self._idle.set()
+        if busy != self._was_busy:
+            self._was_busy = busy
+            # once closed, the model's device memory is the unload's business (a late batch finishing
+            # after a drain timeout must not mark a newer load of the same model evictable)
+            if self._on_busy is not None and not self._closed:
+                self._on_busy(busy)
 
     # ---- requests ----------------------------------------------------------------------------------
     async def infer(self, req: DecodedRequest, priority: int = 1, deadline: float = INF) -> dict[str, np.ndarray]:
         if self._closed:
             raise Unavailable(f"model {self.model!r} is unloading; retry", reason="unloading", retry_after_ms=100)
-        if len(self._queue) >= self._limits.max_queue_size:
+        if self.queue.full:
             raise ResourceExhausted(
                 f"model {self.model!r}: queue full ({self._limits.max_queue_size} requests waiting)",
                 reason="queue_full",
@@ -109,42 +129,33 @@ class ModelRunner:
             )
         now = self._clock()
         self._seq += 1
+        seq = self._seq
         timeout_at = now + self._limits.default_timeout_s if self._limits.default_timeout_s > 0 else INF
-        item = _Item(
-            Pending(
-                seq=self._seq,
-                arrival=now,
-                rows=req.rows,
-                shape_key=req.shape_key,
-                priority=priority,
-                deadline=deadline,
-                queue_timeout_at=timeout_at,
-                delay_on_timeout=self._limits.delay_on_timeout,
-            ),
-            req,
-            asyncio.get_running_loop().create_future(),
-        )
-        self._queue[item.pending.seq] = item
-        self._idle.clear()
-        self._m_depth.set(len(self._queue))
+        self.queue.add(Pending(
+            seq=seq, arrival=now, rows=req.rows, shape_key=req.shape_key, priority=priority, deadline=deadline,
+            queue_timeout_at=timeout_at, delay_on_timeout=self._limits.delay_on_timeout,
+        ))
+        item = self._items[seq] = _Item(now, req, asyncio.get_running_loop().create_future())
+        self._changed()
         self._kick()
         try:
             return await item.future
         except asyncio.CancelledError:
-            self._queue.pop(item.pending.seq, None)  # the caller went away: never run it
-            self._maybe_idle()
+            if self.queue.remove(seq) is not None:  # the caller went away: never run it
+                self._items.pop(seq, None)
+                self._changed()
             raise
 
     def _retry_hint_ms(self) -> int:
         """A rough time for the queue to drain: mean compute time per batch times batches waiting."""
         s = self._stats.compute_infer
         per_batch = (s.ns / s.count / 1e9) if s.count else 0.01
-        batches = max(1, len(self._queue) // max(1, self._cfg.max_batch_size or 1))
-        return max(10, int(1000 * per_batch * batches / max(1, self._instances)))
+        batches = max(1, len(self.queue) // max(1, self.queue.config.max_batch_size or 1))
+        return max(10, int(1000 * per_batch * batches / max(1, self.queue.executors)))
 
-    # ---- the loop around the policy ----------------------------------------------------------------
-    def _decide(self, now: float):
-        d = decide([it.pending for it in self._queue.values()], now, self._free, self._cfg)
+    # ---- the loop around the core's plan ----------------------------------------------------------
+    def _plan(self, now: float):
+        d = self.queue.plan(now)
         for seq in d.expired:
             self._fail(seq, DeadlineExceeded("deadline passed before the request could run", reason="deadline"))
         for seq in d.rejected:
@@ -155,14 +166,14 @@ class ModelRunner:
         return d
 
     def _kick(self) -> None:
-        """Something changed: run what the policy says can run. With a host execution gate, a batch that
-        could run first waits for a slot, and is formed when the slot is granted (so it can grow meanwhile)."""
+        """Something changed: run what the plan says can run. With a host execution gate, a batch that could
+        run first waits for a slot, and is formed when the slot is granted (so it can grow meanwhile)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while self._queue and self._free > 0 and self._asking is None:
+        while self.queue.pending and self.queue.free > 0 and self._asking is None:
             now = self._clock()
-            d = self._decide(now)
+            d = self._plan(now)
             if not d.run:
                 if d.wake_at is not None:
                     self._timer = asyncio.get_running_loop().call_later(max(0.0, d.wake_at - now), self._kick)
@@ -170,29 +181,29 @@ class ModelRunner:
             if self._gate is None:
                 self._start(d.run, now)
                 continue
-            head = self._queue[d.run[0]].pending
+            head = self.queue.pending[d.run[0]]
             self._asking = 0
-            seq = self._gate.request(self.tenant, head.priority, self._cost_estimate(), self._granted)
+            token = self._gate.request(self.tenant, head.priority, self._cost_estimate(), self._granted)
             if self._asking == 0:  # not granted yet: remember the request so close() can cancel it
-                self._asking = seq
+                self._asking = token
             break
-        self._m_depth.set(len(self._queue))
-        self._maybe_idle()
+        self._changed()
 
     def _granted(self) -> None:
         assert self._gate is not None
         self._asking = None
         now = self._clock()
-        d = self._decide(now) if (self._queue and not self._closed and self._free > 0) else None
+        d = self._plan(now) if (self.queue.pending and not self._closed and self.queue.free > 0) else None
         if d is None or not d.run:
             self._gate.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
         else:
             self._start(d.run, now)
+        self._changed()
         asyncio.get_running_loop().call_soon(self._kick)
 
     def _start(self, seqs: tuple[int, ...], now: float) -> None:
-        items = [self._queue.pop(s) for s in seqs]
-        self._free -= 1
+        self.queue.start(seqs)
+        items = [self._items.pop(s) for s in seqs]
         task = asyncio.get_running_loop().create_task(self._execute(items, now))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -202,17 +213,13 @@ class ModelRunner:
         return (s.ns / s.count / 1e9) if s.count else 0.001
 
     def _fail(self, seq: int, err: Exception) -> None:
-        item = self._queue.pop(seq, None)
+        item = self._items.pop(seq, None)
         if item is not None and not item.future.done():
             item.future.set_exception(err)
 
-    def _maybe_idle(self) -> None:
-        if not self._queue and self._free == self._instances:
-            self._idle.set()
-
     async def _execute(self, items: list[_Item], started: float) -> None:
         for it in items:
-            q = started - it.pending.arrival
+            q = started - it.arrival
             self._stats.record_queue(q)
             self._m_queue.observe(q)
         try:
@@ -231,44 +238,22 @@ class ModelRunner:
                 if not it.future.done():
                     it.future.set_exception(err)
         finally:
-            self._free += 1
+            self.queue.finish(len(items))
             if self._gate is not None:
                 self._gate.release()
             if not self._closed:
                 self._kick()
-            self._maybe_idle()
+            self._changed()
 
     def _run_batch(self, items: list[_Item]) -> tuple[list[dict[str, np.ndarray]], int, int, int]:
-        """In a worker thread: stack, run once, split back by rows."""
+        """In a worker thread: merge, run once, split back by rows."""
+        reqs = [it.request for it in items]
         t0 = time.perf_counter_ns()
-        names: list[str] = []
-        for it in items:
-            for n in it.request.outputs:
-                if n not in names:
-                    names.append(n)
-        if len(items) == 1:
-            inputs = items[0].request.inputs
-        else:
-            inputs = {k: np.concatenate([it.request.inputs[k] for it in items]) for k in items[0].request.inputs}
+        inputs = merge_inputs(reqs)
         t1 = time.perf_counter_ns()
-        out = self._loaded.run(inputs, names)
+        out = self._loaded.run(inputs, output_names(reqs))
         t2 = time.perf_counter_ns()
-        if len(items) == 1:
-            results = [{n: out[n] for n in items[0].request.outputs}]
-        else:
-            total = sum(it.request.rows for it in items)
-            for n in names:
-                if out[n].ndim == 0 or out[n].shape[0] != total:
-                    raise Internal(
-                        f"model {self.model!r}: output {n!r} has shape {list(out[n].shape)}, expected {total} rows; "
-                        "the model cannot be batched (set max_batch_size 0 in its manifest)"
-                    )
-            results = []
-            off = 0
-            for it in items:
-                r = it.request.rows
-                results.append({n: out[n][off : off + r] for n in it.request.outputs})
-                off += r
+        results = split_outputs(out, reqs, self.model)
         t3 = time.perf_counter_ns()
         return results, t1 - t0, t2 - t1, t3 - t2
 
@@ -284,6 +269,6 @@ class ModelRunner:
         if self._gate is not None and self._asking:
             self._gate.cancel(self._asking)
             self._asking = None
-        for seq in list(self._queue):
+        for seq in self.queue.clear():
             self._fail(seq, Unavailable(f"model {self.model!r} was unloaded", reason="unloaded", retry_after_ms=100))
-        self._m_depth.set(0)
+        self._changed()

@@ -1,55 +1,53 @@
-"""The host's execution slots: a bounded number of batches run on the device at once, and waiting batches
-of all models and tenants get slots through the fair policy in hostd/sched_policy.py."""
+"""The asyncio shell over the host's execution slots (hostd/core/slots.py): a batch that may run asks for a
+slot with a callback, which runs on the event loop once the core grants it; slot waits go to a metric."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from hostd.sched_policy import FairShare, SlotRequest
+from hostd.core.slots import ExecutionSlots
 
 
 class ExecutionGate:
     def __init__(self, slots: int, weight: Callable[[str], float], clock: Callable[[], float] = time.monotonic,
                  on_wait: Callable[[str, float], None] | None = None) -> None:
-        self.slots = slots
-        self.free = slots
-        self._weight = weight
+        self.core = ExecutionSlots(slots, weight)
         self._clock = clock
-        self._policy = FairShare()
-        self._waiting: dict[int, tuple[SlotRequest, Callable[[], None]]] = {}
-        self._seq = 0
+        self._on_grant: dict[int, Callable[[], None]] = {}
         self._on_wait = on_wait
 
     @property
+    def slots(self) -> int:
+        return int(self.core.slots)
+
+    @property
+    def free(self) -> int:
+        return int(self.core.free)
+
+    @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return self.core.waiting
 
     def request(self, tenant: str, priority: int, cost: float, on_grant: Callable[[], None]) -> int:
         """Ask for a slot; `on_grant` runs (synchronously, on the event loop) once one is granted, and the
         holder must call `release` when its batch finishes."""
-        self._seq += 1
-        r = SlotRequest(seq=self._seq, tenant=tenant, priority=priority, arrival=self._clock(), cost=cost)
-        self._waiting[r.seq] = (r, on_grant)
+        token = self.core.request(tenant, priority, cost, self._clock())
+        self._on_grant[token] = on_grant
         self._dispatch()
-        return r.seq
+        return token
 
-    def cancel(self, seq: int) -> None:
-        self._waiting.pop(seq, None)
+    def cancel(self, token: int) -> None:
+        self.core.cancel(token)
+        self._on_grant.pop(token, None)
 
     def release(self) -> None:
-        self.free += 1
+        self.core.release()
         self._dispatch()
 
     def _dispatch(self) -> None:
-        while self.free > 0 and self._waiting:
-            r = self._policy.choose([w for w, _ in self._waiting.values()])
-            assert r is not None
-            _, grant = self._waiting.pop(r.seq)
-            self._policy.charge(r, self._weight(r.tenant))
-            self.free -= 1
+        for r in self.core.grant():
+            grant = self._on_grant.pop(r.seq)
             if self._on_wait is not None:
                 self._on_wait(r.tenant, self._clock() - r.arrival)
             grant()
-        if not self._waiting:
-            self._policy.forget_idle()

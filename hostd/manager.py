@@ -1,8 +1,9 @@
-"""The models of one host: catalog lookups, lifecycle, single-flight lazy loading, explicit load/unload.
+"""The models of one host: catalog lookups, each version's lifecycle (single-flight lazy loading, backoff
+after a failed load, explicit load/unload) as the asyncio shell over the core's Lifecycle and DeviceCache.
 
 A request for a model that is not resident starts its load and waits on it; concurrent requests for the
 same model wait on the same load. A failed load answers every waiter with the error and leaves the model
-FAILED until a backoff passes.
+FAILED until a backoff passes. Eviction is carried out by hostd/eviction.py, metrics by hostd/model_metrics.py.
 """
 
 from __future__ import annotations
@@ -13,61 +14,29 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 
+from catalog.repository import ModelNotFound, ModelRepository
+from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from ground.settings import HostdSettings
+from ground.versions import VersionNotFound, resolve_version
 from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
 from hostd.catalog_view import CatalogView
-from hostd.cache.device import DeviceCache
-from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from hostd.core.device import DeviceCache
+from hostd.core.lifecycle import Action, Lifecycle, ModelState
+from hostd.entry import Key, ModelEntry
+from hostd.eviction import Evictor
 from hostd.execution import ExecutionGate
 from hostd.loader import Loader, LoadResult
-from hostd.metrics import HostdMetrics
 from hostd.memory import release_free_memory
-from hostd.model_state import ModelState, check_transition, failed_backoff
+from hostd.metrics import HostdMetrics
+from hostd.model_metrics import ModelMetrics
 from hostd.runtimes.base import LoadedModel
-from hostd.stats import ModelStats
 from hostd.tenants import TenantLimitsView
-from ground.manifest import ModelManifest
-from ground.settings import HostdSettings
-from ground.versions import VersionNotFound, resolve_version
-from catalog.repository import ModelNotFound, ModelRepository
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str, str]  # (tenant, model, version)
-
-
-@dataclass
-class ModelEntry:
-    manifest: ModelManifest
-    stats: ModelStats = field(default_factory=ModelStats)
-    state: ModelState = ModelState.ABSENT
-    runner: ModelRunner | None = None
-    loaded: LoadedModel | None = None
-    load_task: asyncio.Task | None = None
-    unload_task: asyncio.Task | None = None
-    error: str = ""
-    failures: int = 0
-    retry_at: float = 0.0
-    memory_bytes: int = 0
-    last_memory_bytes: int = 0  # measured at the previous load: the estimate for the next one
-    load_cost_s: float = 0.0
-    last_used: float = 0.0
-    hits: int = 0
-    pinned: bool = False
-
-    @property
-    def key(self) -> Key:
-        return self.manifest.key()
-
-    def set_state(self, new: ModelState) -> None:
-        check_transition(self.state, new)
-        self.state = new
-
-    @property
-    def busy(self) -> bool:
-        return self.runner is not None and self.runner.busy
+__all__ = ["Key", "ModelEntry", "ModelManager"]
 
 
 def _close(loaded: LoadedModel) -> None:
@@ -108,6 +77,8 @@ class ModelManager:
         self.entries: dict[Key, ModelEntry] = {}
         self.device_hits = 0
         self.device_misses = 0
+        self._metrics = ModelMetrics(metrics, cache, loader)
+        self.evictor = Evictor(cache, self.entries, lambda e, reason: self.unload(e, reason=reason), self._metrics, clock)
 
     # ---- catalog -----------------------------------------------------------------------------------
     async def resolve(self, tenant: str, model: str, version: str | None) -> ModelEntry:
@@ -127,24 +98,31 @@ class ModelManager:
                 m = await self.catalog.manifest(tenant, model, v)
             except ModelNotFound:
                 raise NotFound(f"model {model!r} version {v!r} not found") from None
-            e = self.entries.setdefault(key, ModelEntry(m.resolved(self.settings.default_max_batch_size)))
+            e = self.entries.setdefault(key, ModelEntry(
+                m.resolved(self.settings.default_max_batch_size),
+                Lifecycle(backoff_base_s=self.settings.failed_backoff_s),
+            ))
         return e
 
     async def versions(self, tenant: str, model: str) -> list[str]:
         return list((await self.catalog.item(tenant, model)).versions)
 
+    async def catalog_models(self, tenant: str) -> list[tuple[str, list[str]]]:
+        return await self.catalog.models(tenant)
+
     # ---- loading -----------------------------------------------------------------------------------
     async def ready_runner(self, e: ModelEntry, deadline: float = float("inf")) -> ModelRunner:
         while True:
             now = self._clock()
-            if e.state is ModelState.READY and e.runner is not None:
+            action = e.life.want(now)
+            if action is Action.SERVE and e.runner is not None:
                 e.last_used = now
                 e.hits += 1
                 self.cache.access(e.key, now)
-                self.metrics.cache.hits.labels("device").inc()
+                self._metrics.device_lookup(hit=True)
                 self.device_hits += 1
                 return e.runner
-            if e.state is ModelState.FAILED and now < e.retry_at:
+            if action is Action.BACKOFF:
                 wait_ms = int((e.retry_at - now) * 1000)
                 raise Unavailable(
                     f"model {e.manifest.model!r} version {e.manifest.version!r} failed to load: {e.error} "
@@ -152,10 +130,16 @@ class ModelManager:
                     reason="load_failed",
                     retry_after_ms=max(wait_ms, 1),
                 )
-            if e.state is not ModelState.LOADING:
-                self.metrics.cache.misses.labels("device").inc()
+            if action in (Action.START_LOAD, Action.WAIT_UNLOAD):
+                self._metrics.device_lookup(hit=False)
                 self.device_misses += 1
-            task = e.unload_task if e.state is ModelState.UNLOADING else self._start_load(e)
+            if action is Action.START_LOAD:
+                task = self._start_load(e)
+            else:
+                task = e.unload_task if action is Action.WAIT_UNLOAD else e.load_task
+            if task is None:  # between a state change and its task (cannot happen today): look again
+                await asyncio.sleep(0)
+                continue
             remaining = deadline - now
             if remaining <= 0:
                 raise DeadlineExceeded(f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline")
@@ -167,68 +151,27 @@ class ModelManager:
                 ) from None
 
     def _start_load(self, e: ModelEntry) -> asyncio.Task:
-        if e.load_task is None:
-            e.set_state(ModelState.LOADING)
-            e.load_task = asyncio.get_running_loop().create_task(self._load(e))
-            e.load_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved by waiters
+        """The lifecycle said START_LOAD (single flight: only this caller): the load's task."""
+        e.load_task = asyncio.get_running_loop().create_task(self._load(e))
+        e.load_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved by waiters
         return e.load_task
-
-    def _refresh_cache_flags(self) -> None:
-        def busy(key) -> bool:
-            x = self.entries.get(key)
-            return x is None or x.state is not ModelState.READY or x.busy
-
-        self.cache.refresh(busy, lambda key: key in self.entries and self.entries[key].pinned)
-
-    async def _make_room(self, e: ModelEntry) -> None:
-        """Reserve device memory for a load, evicting by policy first; refuse the load when nothing can
-        be evicted (everything busy, pinned, or protected by its tenant's share)."""
-        m = e.manifest
-        estimate = e.last_memory_bytes or m.total_bytes
-        self._refresh_cache_flags()
-        plan = self.cache.reserve(e.key, m.tenant, estimate, self._clock())
-        if not plan.ok:
-            self.metrics.cache.load_refused.labels(m.tenant, m.model).inc()
-            raise Unavailable(
-                f"no device memory for model {m.model!r} version {m.version!r}: {plan.reason}",
-                reason="no_capacity", retry_after_ms=500,
-            )
-        for key in plan.evict:
-            victim = self.entries.get(key)
-            if victim is not None:
-                await self.unload(victim, reason="capacity")
 
     async def enforce_watermark(self, measured_used: int | None = None) -> int:
         """Evict (best effort) once measured use passes the high watermark, down to the low one."""
-        self._refresh_cache_flags()
-        plan = self.cache.watermark_plan(self._clock(), measured_used)
-        for key in plan.evict:
-            victim = self.entries.get(key)
-            if victim is not None:
-                await self.unload(victim, reason="watermark")
-        return len(plan.evict)
-
-    def _tier_metrics(self) -> None:
-        c = self.metrics.cache
-        c.bytes.labels("device").set(self.cache.used)
-        c.bytes.labels("disk").set(self.loader.disk.used)
-        if self.loader.ram is not None:
-            c.bytes.labels("ram").set(self.loader.ram.used)
-        for tenant, n in self.cache.tenant_bytes().items():
-            c.tenant_bytes.labels(tenant).set(n)
+        return await self.evictor.enforce_watermark(measured_used)
 
     async def _load(self, e: ModelEntry) -> None:
         m = e.manifest
         estimate = e.last_memory_bytes or m.total_bytes
         try:
-            await self._make_room(e)
+            await self.evictor.make_room(e)
             res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
         except Unavailable as err:
             self.cache.release(e.key)
             if err.reason != "no_capacity":
                 self._failed(e, err)
                 raise
-            e.set_state(ModelState.ABSENT)  # nothing wrong with the model: no room right now, try again later
+            e.life.no_room()  # nothing wrong with the model: no room right now, try again later
             raise
         except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
             self.cache.release(e.key)
@@ -247,29 +190,15 @@ class ModelManager:
 
     def _failed(self, e: ModelEntry, err: Exception) -> None:
         m = e.manifest
-        e.failures += 1
-        e.error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
-        e.retry_at = self._clock() + failed_backoff(e.failures, self.settings.failed_backoff_s)
-        e.set_state(ModelState.FAILED)
-        self.metrics.loads.labels(m.tenant, m.model, "failure").inc()
+        e.life.failed(err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}", self._clock())
+        self._metrics.failed(m)
         log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
 
-    def _loaded(self, e: ModelEntry, res: LoadResult) -> None:
+    def _runner(self, e: ModelEntry, res: LoadResult) -> ModelRunner:
         m = e.manifest
-        labels = (m.tenant, m.model)
-        for phase, secs in res.timings.items():
-            self.metrics.load_duration.labels(phase).observe(secs)
-        self._count_tiers(res.source_tier)
-        e.loaded = res.model
-        # The probe's reading when plausible; otherwise (RSS on CPU can miss memory the allocator reused)
-        # the larger of the file size and the last plausible measurement of this model.
-        e.memory_bytes = res.memory_delta if res.memory_plausible else max(m.total_bytes, e.last_memory_bytes)
-        if res.memory_plausible:
-            e.last_memory_bytes = res.memory_delta
-        # what a reload would cost: from the RAM tier only deserialize + warm-up, else the whole load
-        e.load_cost_s = (res.timings["deserialize"] + res.timings["warmup"]) if self.loader.ram is not None else sum(res.timings.values())
         b = m.batching
-        e.runner = ModelRunner(
+        key = e.key
+        return ModelRunner(
             tenant=m.tenant,
             model=m.model,
             loaded=res.model,
@@ -290,16 +219,26 @@ class ModelManager:
             metrics=self.metrics,
             gate=self.gate,
             clock=self._clock,
+            on_busy=lambda busy: self.cache.set_busy(key, busy),
         )
-        e.failures = 0
-        e.error = ""
+
+    def _loaded(self, e: ModelEntry, res: LoadResult) -> None:
+        m = e.manifest
+        e.loaded = res.model
+        # The probe's reading when plausible; otherwise (RSS on CPU can miss memory the allocator reused)
+        # the larger of the file size and the last plausible measurement of this model.
+        e.memory_bytes = res.memory_delta if res.memory_plausible else max(m.total_bytes, e.last_memory_bytes)
+        if res.memory_plausible:
+            e.last_memory_bytes = res.memory_delta
+        # what a reload would cost: from the RAM tier only deserialize + warm-up, else the whole load
+        e.load_cost_s = (res.timings["deserialize"] + res.timings["warmup"]) if self.loader.ram is not None else sum(res.timings.values())
+        e.runner = self._runner(e, res)
         e.last_used = self._clock()
-        e.set_state(ModelState.READY)
+        e.life.loaded()
         self.cache.loaded(e.key, e.memory_bytes, e.load_cost_s, e.last_used)
-        self.metrics.loads.labels(*labels, "success").inc()
-        self.metrics.model_memory.labels(m.tenant, m.model, m.version).set(e.memory_bytes)
+        self._metrics.loaded(m, res, e.memory_bytes)
         self._update_resident()
-        self._tier_metrics()
+        self._metrics.tiers()
         log.info(
             "loaded %s/%s v%s from %s: %.1f MB%s in %.2fs",
             m.tenant, m.model, m.version, res.source_tier, e.memory_bytes / 1e6,
@@ -307,38 +246,33 @@ class ModelManager:
             sum(res.timings.values()),
         )
 
+    def _pin(self, e: ModelEntry, pinned: bool) -> None:
+        e.life.pinned = pinned
+        self.cache.set_pinned(e.key, pinned)
+
     async def load(self, tenant: str, model: str, version: str | None = None, pin: bool | None = None) -> ModelEntry:
         e = await self.resolve(tenant, model, version)
         if pin is not None:
-            e.pinned = pin
+            self._pin(e, pin)
         if e.state is ModelState.FAILED:
-            e.retry_at = 0.0  # an explicit load retries at once
+            e.life.retry_now()  # an explicit load retries at once
         await self.ready_runner(e)
         return e
 
-    def _count_tiers(self, source: str) -> None:
-        c = self.metrics.cache
-        if self.loader.ram is not None:
-            (c.hits if source == "ram" else c.misses).labels("ram").inc()
-        if source != "ram":
-            (c.hits if source == "disk" else c.misses).labels("disk").inc()
-
+    # ---- unloading ---------------------------------------------------------------------------------
     async def unload(self, e: ModelEntry, drain_timeout_s: float = 30.0, reason: str = "explicit") -> None:
         if e.state is ModelState.LOADING and e.load_task is not None:
             try:
                 await asyncio.shield(e.load_task)
             except Exception:  # noqa: BLE001 - a failed load leaves nothing to unload
                 pass
-        if e.state is ModelState.FAILED:
-            e.set_state(ModelState.ABSENT)
-            return
         if e.state is ModelState.UNLOADING and e.unload_task is not None:
             await asyncio.shield(e.unload_task)
             return
-        if e.state is not ModelState.READY:
+        if not e.life.begin_unload():  # FAILED forgets its failure; ABSENT or LOADING: nothing to do
             return
-        e.set_state(ModelState.UNLOADING)
-        self.metrics.cache.evictions.labels("device", reason).inc()
+        self.cache.set_busy(e.key, True)  # on its way out: no other plan picks it
+        self._metrics.evicted(reason)
         e.unload_task = asyncio.get_running_loop().create_task(self._unload(e, drain_timeout_s))
         await asyncio.shield(e.unload_task)
 
@@ -357,15 +291,13 @@ class ModelManager:
         finally:
             e.runner = None
             e.loaded = None
-            m = e.manifest
-            if e.memory_bytes:
-                self.metrics.model_memory.remove(m.tenant, m.model, m.version)
+            self._metrics.unloaded(e.manifest, bool(e.memory_bytes))
             e.memory_bytes = 0
             e.unload_task = None
             self.cache.release(e.key)
-            e.set_state(ModelState.ABSENT)
+            e.life.unloaded()
             self._update_resident()
-            self._tier_metrics()
+            self._metrics.tiers()
 
     async def unload_model(self, tenant: str, model: str) -> int:
         """Unload every resident version of a model; returns how many were unloaded."""
@@ -377,12 +309,13 @@ class ModelManager:
             if e.state in (ModelState.READY, ModelState.LOADING, ModelState.FAILED):
                 await self.unload(e)
                 n += 1
-            e.pinned = False
+            self._pin(e, False)
         return n
 
     def _update_resident(self) -> None:
-        self.metrics.models_resident.set(sum(1 for e in self.entries.values() if e.state is ModelState.READY))
+        self._metrics.resident(sum(1 for e in self.entries.values() if e.state is ModelState.READY))
 
+    # ---- the whole host ----------------------------------------------------------------------------
     async def preload_all(self) -> None:
         manifests = await asyncio.to_thread(self.repo.all_manifests)
         for m in manifests:
@@ -390,9 +323,6 @@ class ModelManager:
                 await self.load(m.tenant, m.model, m.version)
             except ServingError as err:
                 log.error("preload of %s/%s v%s failed: %s", m.tenant, m.model, m.version, err.message)
-
-    async def catalog_models(self, tenant: str) -> list[tuple[str, list[str]]]:
-        return await self.catalog.models(tenant)
 
     async def wait_idle(self, timeout_s: float) -> bool:
         runners = [e.runner for e in self.entries.values() if e.runner is not None]

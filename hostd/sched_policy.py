@@ -7,12 +7,12 @@ weighted share and no more; a quiet tenant's batch starts at the current virtual
 at most one batch per slot already granted to others. Within a tenant, priority level 1 goes first (Triton
 semantics), then arrival order.
 
-No clock, no I/O: hostd/execution.py and sim/ drive this code. State is the plain fields of FairShare.
+No clock, no I/O: hostd/core/slots.py drives this code, for hostd and sim/ alike. State is the plain fields of FairShare.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -33,7 +33,7 @@ class FairShare:
     def start_tag(self, tenant: str) -> float:
         return max(self.vtime, self.finish.get(tenant, 0.0))
 
-    def choose(self, waiting: Sequence[SlotRequest], weights: Mapping[str, float] | None = None) -> SlotRequest | None:
+    def choose(self, waiting: Iterable[SlotRequest]) -> SlotRequest | None:
         """The request to grant next (not yet charged): the head of the tenant with the smallest start tag."""
         heads: dict[str, SlotRequest] = {}
         for r in waiting:

@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from hostd.cache.device import DeviceCache
+from hostd.core.device import DeviceCache
 from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
 from hostd.control import ControlServicer, HostCounters, host_status

@@ -1,15 +1,17 @@
-"""Fast path: drive only the eviction policy, request by request, with no batching and no latency.
+"""Fast path: drive only the device cache (the host core's DeviceCache, over the eviction policy), request
+by request, with no batching and no latency.
 
-Each request: the model resident -> hit (policy.on_access); else plan_eviction for the load, evict, and
-load it (load time from the cost model and the tier it comes from). A load the plan refuses is shed
-(UNAVAILABLE), as hostd refuses it. Models load instantly here, so nothing is ever busy.
+Each request: the model resident -> hit (`access`); else `reserve` its load (the plan evicts first), evict
+what the plan names, and load it (load time from the cost model and the tier it comes from). A load the
+plan refuses is shed (UNAVAILABLE), as hostd refuses it. Models load instantly here, so nothing is busy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from hostd.cache.policy import Resident, Share, bytes_to_free, make_policy, plan_eviction
+from hostd.cache.policy import Share
+from hostd.core.device import DeviceCache
 from sim.costs import CostModel
 from sim.stats import SimResult, TenantStats
 from sim.tiers import Tiers
@@ -31,22 +33,20 @@ def run_cache_only(
     progress: Progress | None = None,
 ) -> SimResult:
     costs = costs or CostModel()
-    pol = make_policy(policy)
+    cache = DeviceCache(cache_bytes, high, low, policy, shares)
     tiers = Tiers(host_ram_bytes)
     models = wl.models
     sizes = [m.size for m in models]
-    tenant_names = sorted({m.tenant for m in models})
+    mtenant = [m.tenant for m in models]
+    tenant_names = sorted(set(mtenant))
     tid = {t: i for i, t in enumerate(tenant_names)}
-    mten = [tid[m.tenant] for m in models]
+    mten = [tid[t] for t in mtenant]
     rcost = [costs.load_seconds(s, tiers.reload_tier) for s in sizes]
     pinned_idx = {i for i, m in enumerate(models) if m.key in pinned}
     nt = len(tenant_names)
     req, hit, loads, shed, breq, bmiss = ([0] * nt for _ in range(6))
     load_s = [0.0] * nt
-    tbytes = dict.fromkeys(tenant_names, 0)
-    residents: dict[int, Resident] = {}
-    used = 0
-    on_access, on_evict = pol.on_access, pol.on_evict
+    access, reserve, loaded, release = cache.access, cache.reserve, cache.loaded, cache.release
     ts_list, idx_list = wl.ts.tolist(), wl.model.tolist()
     step = 1 << 16
 
@@ -57,35 +57,20 @@ def run_cache_only(
         size = sizes[m]
         req[t] += 1
         breq[t] += size
-        r = residents.get(m)
-        if r is not None:
+        if access(m, now):
             hit[t] += 1
-            r.hits += 1
-            r.last_use = now
-            on_access(m, now, size, rcost[m])
             continue
         bmiss[t] += size
-        need = bytes_to_free(used, cache_bytes, high, low, size)
-        if need > 0 or shares:
-            plan = plan_eviction(
-                pol, residents, need, models[m].tenant, shares, now, incoming_bytes=size, tenant_bytes=tbytes
-            )
-            if not plan.ok:
-                shed[t] += 1
-                continue
-            for k in plan.evict:
-                v = residents.pop(k)
-                used -= v.size
-                tbytes[v.tenant] -= v.size
-                on_evict(k)
-                tiers.on_evict(k, v.size)
+        plan = reserve(m, mtenant[m], size, now, m in pinned_idx)
+        if not plan.ok:
+            shed[t] += 1
+            continue
+        for k in plan.evict:
+            tiers.on_evict(k, release(k).size)
         loads[t] += 1
         load_s[t] += costs.load_seconds(size, tiers.tier_of(m))
         tiers.on_load(m)
-        residents[m] = Resident(m, models[m].tenant, size, now, rcost[m], 1, False, m in pinned_idx)
-        used += size
-        tbytes[models[m].tenant] += size
-        on_access(m, now, size, rcost[m])
+        loaded(m, size, rcost[m], now)
     if progress is not None:
         progress(len(ts_list) % step or (step if ts_list else 0))
 

@@ -1,43 +1,34 @@
-"""The full engine: hosts with one device each (byte budget, eviction policy, single-flight loads, one
-loader at a time), per-model queues formed into batches by hostd.batch_policy.decide, executors whose batch
-time follows the cost model. Latency = completion - arrival; shed requests never run.
+"""The full engine: hosts that each run the host core (hostd/core/) on a virtual clock. Per host: the
+device cache (byte budget, eviction policy, shares), each model's lifecycle (single-flight loads; a load
+with no room is shed) and queue (batches formed by hostd.batch_policy.decide over its executors), and the
+host's execution slots (fair across tenants, hostd.sched_policy). What the simulator adds is only the
+cost model (sim/costs.py: load and batch times, one loader at a time per host) and the virtual clock
+(sim/engine.py). Latency = completion - arrival; shed requests never run.
 
-Hooks:
-- admission(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
-- placement(model index, now, cluster) -> host index; the default prefers a host with the model ready or
-  loading, else the one with the most free bytes (lowest index on ties). sim/placement.py drives the
-  router's real policy; a hook may call `cluster.start_copy` to load another copy (hot models).
+Hooks (adapters for the router's side):
+- admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
+- placement: PlacementHook(model index, now, cluster) -> host index; the default prefers a host with the
+  model ready or loading, else the one with the most free bytes (lowest index on ties). sim/placement.py
+  drives the router's real policy; a hook may call `cluster.start_copy` to load another copy (hot models).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 
-from hostd.batch_policy import BatchConfig, Pending, decide
-from hostd.cache.policy import Resident, Share, bytes_to_free, make_policy, plan_eviction
+from hostd.batch_policy import BatchConfig, Pending
+from hostd.cache.policy import Share
+from hostd.core.device import DeviceCache
+from hostd.core.lifecycle import Action, Lifecycle, ModelState
+from hostd.core.queue import ModelQueue
+from hostd.core.slots import ExecutionSlots
 from sim.costs import CostModel
 from sim.engine import EventLoop
 from sim.stats import SimResult, TenantStats
 from sim.tiers import Tiers
 from sim.workload import Workload
-
-
-class SlotState(Enum):
-    LOADING = "loading"
-    READY = "ready"
-
-
-@dataclass
-class Slot:
-    state: SlotState
-    free: int  # idle executors
-    queue: list[Pending] = field(default_factory=list)
-    inflight: int = 0  # batches running
-    running: int = 0  # requests in those batches
-    wake_at: float = math.inf
 
 
 @dataclass
@@ -51,35 +42,56 @@ class ClusterConfig:
     pinned: Collection[str] = ()
     batch: BatchConfig = BatchConfig(max_batch_size=32, max_queue_delay=0.0)
     executors_per_model: int = 1
+    # Host-wide execution slots (batches running at once on a host, granted fairly across tenants, as
+    # hostd's execution_slots). 0: no host-wide limit, every model's executors run at once.
+    slots: int = 0
+    weights: Mapping[str, float] | None = None  # tenant weights for the slots' fair share (default 1)
     max_queue: int = 1024
     deadline_s: float = math.inf  # per request, from arrival
     host_ram_bytes: int = 0
 
 
-class Host:
+@dataclass
+class HostedModel:
+    """One model on one simulated host: its lifecycle and its queue (both host core classes)."""
+
+    life: Lifecycle
+    queue: ModelQueue
+    wake_at: float = math.inf
+    asking: int | None = None  # the execution-slot request in flight
+
+    @property
+    def state(self) -> ModelState:
+        return self.life.state
+
+
+class SimHost:
     def __init__(self, index: int, cfg: ClusterConfig) -> None:
         self.index = index
-        self.budget = cfg.device_bytes
-        self.policy = make_policy(cfg.policy)
+        self.cache = DeviceCache(cfg.device_bytes, cfg.high, cfg.low, cfg.policy, cfg.shares)
+        weights = dict(cfg.weights or {})
+        self.slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0))
         self.tiers = Tiers(cfg.host_ram_bytes)
-        self.residents: dict[int, Resident] = {}
-        self.slots: dict[int, Slot] = {}
-        self.used = 0
-        self.tenant_bytes: dict[str, int] = {}
+        self.models: dict[int, HostedModel] = {}  # loading or ready
+        self.asking: dict[int, int] = {}  # slot token -> model
         self.loader_free_at = 0.0
 
     @property
+    def budget(self) -> int:
+        return self.cache.budget
+
+    @property
     def free_bytes(self) -> int:
-        return self.budget - self.used
+        return self.cache.free_bytes
 
 
-Admission = Callable[[str, str, float, "Cluster"], "str | None"]
-Placement = Callable[[int, float, "Cluster"], int]
+AdmissionHook = Callable[[str, str, float, "Cluster"], "str | None"]
+PlacementHook = Callable[[int, float, "Cluster"], int]
 
 
 def default_placement(model: int, now: float, cluster: Cluster) -> int:
     for h in cluster.hosts:
-        if model in h.slots:
+        if model in h.models:
             return h.index
     return max(cluster.hosts, key=lambda h: (h.free_bytes, -h.index)).index
 
@@ -90,13 +102,13 @@ class Cluster:
         wl: Workload,
         cfg: ClusterConfig,
         costs: CostModel | None = None,
-        admission: Admission | None = None,
-        placement: Placement | None = None,
+        admission: AdmissionHook | None = None,
+        placement: PlacementHook | None = None,
     ) -> None:
         self.wl, self.cfg, self.costs = wl, cfg, costs or CostModel()
         self.admission, self.placement = admission, placement or default_placement
         self.loop = EventLoop(float(wl.ts[0]) if len(wl) else 0.0)
-        self.hosts = [Host(i, cfg) for i in range(cfg.hosts)]
+        self.hosts = [SimHost(i, cfg) for i in range(cfg.hosts)]
         self.stats = {t: TenantStats() for t in wl.tenants}
         self.shed_reasons: dict[str, int] = {}
         self._ts, self._model = wl.ts.tolist(), wl.model.tolist()
@@ -114,6 +126,7 @@ class Cluster:
         self.stats[tenant].shed += n
         self.shed_reasons[reason] = self.shed_reasons.get(reason, 0) + n
 
+    # ---- arrivals and loads ------------------------------------------------------------------------
     def _arrive(self, seq: int) -> None:
         if seq + 1 < len(self._ts):
             self.loop.schedule(self._ts[seq + 1], self._arrive, seq + 1)
@@ -129,45 +142,42 @@ class Cluster:
                 self._shed(tenant, reason)
                 return
         host = self.hosts[self.placement(m, now, self)]
-        slot = host.slots.get(m)
-        if slot is not None and slot.state is SlotState.READY:
+        hm = host.models.get(m)
+        if hm is not None and hm.life.want(now) is Action.SERVE:
             st.hits += 1
-            r = host.residents[m]
-            r.hits += 1
-            r.last_use = now
-            host.policy.on_access(m, now, size, r.load_cost)
+            host.cache.access(m, now)
         else:
             st.bytes_missed += size
-            if slot is None:
-                slot = self._start_load(host, m, now)
-                if slot is None:
+            if hm is None:
+                hm = self._start_load(host, m, now)
+                if hm is None:
                     return
-        if len(slot.queue) >= self.cfg.max_queue:
+        if hm.queue.full:
             self._shed(tenant, "queue_full")
             return
         self._arrival[seq] = now
-        slot.queue.append(Pending(seq, now, deadline=now + self.cfg.deadline_s))
-        host.residents[m].busy = True
+        hm.queue.add(Pending(seq, now, deadline=now + self.cfg.deadline_s))
+        host.cache.set_busy(m, True)
         self._kick(host, m)
 
     def start_copy(self, host_index: int, m: int, now: float) -> bool:
         """Load model `m` on a host that does not hold it (a placement hook's extra copy of a hot model).
         False when the host already holds it or has no room."""
         host = self.hosts[host_index]
-        if m in host.slots:
+        if m in host.models:
             return False
         return self._start_load(host, m, now) is not None
 
-    def _start_load(self, host: Host, m: int, now: float) -> Slot | None:
+    def _start_load(self, host: SimHost, m: int, now: float) -> HostedModel | None:
         spec = self.wl.models[m]
-        need = bytes_to_free(host.used, host.budget, self.cfg.high, self.cfg.low, spec.size)
-        if need > 0 or self.cfg.shares:
-            plan = plan_eviction(host.policy, host.residents, need, spec.tenant, self.cfg.shares, now,
-                                 incoming_bytes=spec.size, tenant_bytes=host.tenant_bytes)
-            if not plan.ok:
-                self._shed(spec.tenant, "unavailable")
-                return None
-            self._evict(host, plan.evict)
+        life = Lifecycle()
+        life.want(now)  # ABSENT -> LOADING: this caller starts the load (single flight)
+        plan = host.cache.reserve(m, spec.tenant, spec.size, now, pinned=m in self._pinned)
+        if not plan.ok:
+            life.no_room()
+            self._shed(spec.tenant, "unavailable")
+            return None
+        self._evict(host, plan.evict)
         tier = host.tiers.tier_of(m)
         start = max(now, host.loader_free_at)
         done = start + self.costs.load_seconds(spec.size, tier)
@@ -176,83 +186,100 @@ class Cluster:
         st.loads += 1
         st.load_s += done - start
         host.tiers.on_load(m)
-        rcost = self.costs.load_seconds(spec.size, host.tiers.reload_tier)
-        host.residents[m] = Resident(m, spec.tenant, spec.size, now, rcost, 0, True, m in self._pinned)
-        host.used += spec.size
-        host.tenant_bytes[spec.tenant] = host.tenant_bytes.get(spec.tenant, 0) + spec.size
-        slot = host.slots[m] = Slot(SlotState.LOADING, self.cfg.executors_per_model)
+        hm = host.models[m] = HostedModel(life, ModelQueue(self.cfg.batch, self.cfg.executors_per_model, self.cfg.max_queue))
         self.loop.schedule(done, self._loaded, host, m)
-        return slot
+        return hm
 
-    def _evict(self, host: Host, keys: tuple) -> None:
+    def _evict(self, host: SimHost, keys: tuple) -> None:
         for k in keys:
-            r = host.residents.pop(k)
-            del host.slots[k]
-            host.used -= r.size
-            host.tenant_bytes[r.tenant] -= r.size
-            host.policy.on_evict(k)
+            hm = host.models.pop(k)
+            if hm.asking is not None:  # cannot happen (a model asking for a slot is busy); keep slots true
+                host.slots.cancel(hm.asking)
+                host.asking.pop(hm.asking, None)
+            hm.life.begin_unload()
+            hm.life.unloaded()
+            r = host.cache.release(k)
             host.tiers.on_evict(k, r.size)
 
-    def _loaded(self, host: Host, m: int) -> None:
+    def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
-        host.slots[m].state = SlotState.READY
-        r = host.residents[m]
-        r.last_use = now
-        host.policy.on_access(m, now, r.size, r.load_cost)
+        host.models[m].life.loaded()
+        size = self.wl.models[m].size
+        host.cache.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
+        host.cache.set_busy(m, True)  # until its queue says otherwise (below, in _kick)
         if self.cfg.high < 1.0:  # watermark eviction, best effort
-            need = bytes_to_free(host.used, host.budget, self.cfg.high, self.cfg.low)
-            if need > 0:
-                plan = plan_eviction(host.policy, host.residents, need, None, self.cfg.shares, now,
-                                     tenant_bytes=host.tenant_bytes)
-                self._evict(host, plan.evict)
+            self._evict(host, host.cache.watermark_plan(now).evict)
         self._kick(host, m)
 
-    def _kick(self, host: Host, m: int) -> None:
-        slot = host.slots[m]
-        if slot.state is not SlotState.READY:
+    # ---- batches and execution slots ---------------------------------------------------------------
+    def _plan(self, hm: HostedModel, m: int, now: float):
+        d = hm.queue.plan(now)
+        for s in d.expired + d.rejected:
+            del self._arrival[s]
+        tenant = self._tenant_of[m]
+        if d.expired:
+            self._shed(tenant, "deadline", len(d.expired))
+        if d.rejected:
+            self._shed(tenant, "queue_timeout", len(d.rejected))
+        return d
+
+    def _kick(self, host: SimHost, m: int) -> None:
+        """Run what the queue's plan says can run; each batch first gets a host execution slot."""
+        hm = host.models.get(m)
+        if hm is None or hm.state is not ModelState.READY:
             return
         now = self.loop.now
-        tenant = self._tenant_of[m]
-        while True:
-            d = decide(slot.queue, now, slot.free, self.cfg.batch)
-            gone = set(d.expired) | set(d.rejected) | set(d.run)
-            if gone:
-                slot.queue = [p for p in slot.queue if p.seq not in gone]
-            for s in d.expired + d.rejected:
-                del self._arrival[s]
-            if d.expired:
-                self._shed(tenant, "deadline", len(d.expired))
-            if d.rejected:
-                self._shed(tenant, "queue_timeout", len(d.rejected))
-            if d.run:
-                slot.free -= 1
-                slot.inflight += 1
-                slot.running += len(d.run)
-                secs = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
-                self.loop.after(secs, self._batch_done, host, m, d.run)
-                continue
-            if d.wake_at is not None and d.wake_at < slot.wake_at:
-                slot.wake_at = d.wake_at
-                self.loop.schedule(d.wake_at, self._wake, host, m, d.wake_at)
-            break
-        host.residents[m].busy = bool(slot.queue or slot.inflight)
+        q = hm.queue
+        while q.pending and q.free > 0 and hm.asking is None:
+            d = self._plan(hm, m, now)
+            if not d.run:
+                if d.wake_at is not None and d.wake_at < hm.wake_at:
+                    hm.wake_at = d.wake_at
+                    self.loop.schedule(d.wake_at, self._wake, host, m, d.wake_at)
+                break
+            cost = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
+            token = host.slots.request(self._tenant_of[m], q.pending[d.run[0]].priority, cost, now)
+            hm.asking = token
+            host.asking[token] = m
+            self._grant(host)
+        host.cache.set_busy(m, q.busy)
 
-    def _wake(self, host: Host, m: int, at: float) -> None:
-        slot = host.slots.get(m)
-        if slot is not None and slot.wake_at == at:
-            slot.wake_at = math.inf
+    def _grant(self, host: SimHost) -> None:
+        granted = [host.asking.pop(r.seq) for r in host.slots.grant()]
+        for m in granted:
+            self._granted(host, m)
+        for m in granted:
             self._kick(host, m)
 
-    def _batch_done(self, host: Host, m: int, seqs: tuple[int, ...]) -> None:
+    def _granted(self, host: SimHost, m: int) -> None:
+        """A slot for model m: form its batch now (it may have grown while waiting) and start it."""
+        hm = host.models[m]
+        hm.asking = None
+        now = self.loop.now
+        d = self._plan(hm, m, now) if (hm.queue.pending and hm.queue.free > 0) else None
+        if d is None or not d.run:
+            host.slots.release()  # nothing to run after all
+            self._grant(host)
+            return
+        hm.queue.start(d.run)
+        secs = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
+        self.loop.after(secs, self._batch_done, host, m, d.run)
+
+    def _wake(self, host: SimHost, m: int, at: float) -> None:
+        hm = host.models.get(m)
+        if hm is not None and hm.wake_at == at:
+            hm.wake_at = math.inf
+            self._kick(host, m)
+
+    def _batch_done(self, host: SimHost, m: int, seqs: tuple[int, ...]) -> None:
         now = self.loop.now
         lat = self.stats[self._tenant_of[m]].latencies
         extra = self.costs.request_overhead_s
         for s in seqs:
             lat.append(now - self._arrival.pop(s) + extra)
-        slot = host.slots[m]
-        slot.free += 1
-        slot.inflight -= 1
-        slot.running -= len(seqs)
+        host.models[m].queue.finish(len(seqs))
+        host.slots.release()
+        self._grant(host)
         self._kick(host, m)
 
 

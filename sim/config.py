@@ -52,6 +52,8 @@ class SimConfig(BaseModel):
     max_batch_size: int = Field(32, ge=0)
     max_queue_delay_s: float = Field(0.0, ge=0)
     executors_per_model: int = Field(1, ge=1)
+    slots: int = Field(0, ge=0, description="host-wide execution slots (batches at once, fair across tenants); "
+                       "0: no host-wide limit")
     max_queue: int = Field(1024, ge=1)
     deadline_s: float | None = Field(None, gt=0)
 
@@ -85,7 +87,7 @@ class SimConfig(BaseModel):
             hosts=self.hosts, device_bytes=cache_bytes, policy=policy, high=self.high, low=self.low,
             shares=self.share_map(), pinned=tuple(self.pinned),
             batch=BatchConfig(max_batch_size=self.max_batch_size, max_queue_delay=self.max_queue_delay_s),
-            executors_per_model=self.executors_per_model, max_queue=self.max_queue,
+            executors_per_model=self.executors_per_model, slots=self.slots, max_queue=self.max_queue,
             deadline_s=self.deadline_s or float("inf"), host_ram_bytes=self.host_ram_bytes,
         )
 

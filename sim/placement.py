@@ -16,7 +16,8 @@ import random
 
 from router.local_load import LocalLoad
 from router.placement_policy import HostView, ModelLoad, PlacementConfig, Reason, Residency, place
-from sim.cluster import Cluster, Host, SlotState
+from hostd.core.lifecycle import ModelState
+from sim.cluster import Cluster, SimHost
 
 
 def host_address(index: int) -> str:
@@ -27,17 +28,17 @@ def host_index(address: str) -> int:
     return int(address.rsplit("-", 1)[1])
 
 
-def host_view(host: Host, cluster: Cluster) -> HostView:
+def host_view(host: SimHost, cluster: Cluster) -> HostView:
     """What a router would see of one simulated host: its models READY or LOADING with their queue depth
     and requests running, free bytes under the budget, model count and the oldest last use of a READY one."""
     models: dict[str, ModelLoad] = {}
     lru = float("inf")
-    for m, slot in host.slots.items():
+    for m, hm in host.models.items():
         key = cluster.wl.models[m].key
-        ready = slot.state is SlotState.READY
-        models[key] = ModelLoad(Residency.READY if ready else Residency.LOADING, len(slot.queue), slot.running)
+        ready = hm.state is ModelState.READY
+        models[key] = ModelLoad(Residency.READY if ready else Residency.LOADING, len(hm.queue), hm.queue.running)
         if ready:
-            lru = min(lru, host.residents[m].last_use)
+            lru = min(lru, host.cache.residents[m].last_use)
     return HostView(host_address(host.index), max(0, host.free_bytes), models, len(models), lru)
 
 
@@ -59,10 +60,10 @@ class RouterPlacement:
         spec = cluster.wl.models[m]
         key = spec.key
         views = [host_view(h, cluster) for h in cluster.hosts]
-        ready_somewhere = any(m in h.slots and h.slots[m].state is SlotState.READY for h in cluster.hosts)
+        ready_somewhere = any(m in h.models and h.models[m].state is ModelState.READY for h in cluster.hosts)
         size = spec.size if (self.known_sizes or ready_somewhere) else 0
-        inflight = {host_address(h.index): len(h.slots[m].queue) + h.slots[m].running
-                    for h in cluster.hosts if m in h.slots}
+        inflight = {host_address(h.index): len(h.models[m].queue) + h.models[m].queue.running
+                    for h in cluster.hosts if m in h.models}
         p = place(key, views, now, local_inflight=inflight, pending=self.local.pending_for(key),
                   rate=self.local.hit(key, now), size_bytes=size,
                   draws=(self.rng.random(), self.rng.random()), cfg=self.cfg)

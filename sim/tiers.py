@@ -1,17 +1,18 @@
-"""Where a model's bytes are when it is not on the device: host RAM (bounded, LRU), else local disk once
-it was ever loaded, else object storage. An evicted model drops to host RAM."""
+"""Where a model's bytes are when it is not on the device: host RAM (bounded, LRU: the host core's ByteLRU,
+the same bookkeeping as hostd's RAM tier), else local disk once it was ever loaded, else object storage.
+An evicted model drops to host RAM."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
+
+from hostd.core.lru import ByteLRU
 
 
 class Tiers:
     def __init__(self, host_ram_bytes: int = 0) -> None:
         self.host_ram_bytes = host_ram_bytes
-        self._ram: OrderedDict[Hashable, int] = OrderedDict()
-        self._ram_used = 0
+        self.ram = ByteLRU(host_ram_bytes)
         self._disk: set[Hashable] = set()
 
     @property
@@ -20,22 +21,13 @@ class Tiers:
         return "host_ram" if self.host_ram_bytes > 0 else "disk"
 
     def tier_of(self, key: Hashable) -> str:
-        if key in self._ram:
+        if key in self.ram:
             return "host_ram"
         return "disk" if key in self._disk else "storage"
 
     def on_load(self, key: Hashable) -> None:
         self._disk.add(key)
-        size = self._ram.pop(key, None)
-        if size is not None:
-            self._ram_used -= size
+        self.ram.discard(key)
 
     def on_evict(self, key: Hashable, size: int) -> None:
-        if size > self.host_ram_bytes:
-            return
-        ram = self._ram
-        ram[key] = size
-        self._ram_used += size
-        while self._ram_used > self.host_ram_bytes:
-            _, s = ram.popitem(last=False)
-            self._ram_used -= s
+        self.ram.put(key, size)

@@ -2,12 +2,12 @@
 
 No clock, no I/O: the hostd cache manager and the simulator in sim/ drive exactly this code, passing `now`.
 
-How a caller uses it (the hostd cache manager; sim/cache_only.py and sim/host.py do the same):
+How a caller uses it (hostd/core/device.py's DeviceCache, which hostd and sim/ both drive):
 - Keep `residents: dict[key, Resident]` for every model that is loaded or loading on the device, and one
   policy object from `make_policy(name)` per device.
 - Call `policy.on_access(key, now, size, cost)` when a load completes (the model becomes resident) and on
   every request served from the cache; `cost` is the measured seconds it would take to load the model again.
-- To make room: `plan = plan_eviction(policy, residents, need_bytes, incoming_tenant, shares, now,
+- To make room: `plan = plan_eviction(policy, residents, need_bytes, incoming_tenant, shares,
   incoming_bytes=size)`. If `plan.ok`, evict `plan.evict` in order and call `policy.on_evict(key)` for each
   key actually evicted; else refuse the load (UNAVAILABLE, reason `plan.reason`) and evict nothing.
 - Watermarks: `need = bytes_to_free(used, budget, high, low, incoming)`; with `incoming_tenant=None` the
@@ -219,7 +219,6 @@ def plan_eviction(
     need_bytes: int,
     incoming_tenant: str | None = None,
     shares: Mapping[str, Share] | None = None,
-    now: float = 0.0,
     *,
     incoming_bytes: int = 0,
     tenant_bytes: Mapping[str, int] | None = None,
@@ -232,7 +231,6 @@ def plan_eviction(
     tenant stays within its own guarantee after the load, models of the other tenants. A tenant whose load
     would pass its maximum evicts only its own models, at least enough to stay within its maximum.
     `tenant_bytes` (bytes per tenant over `residents`) saves a pass when the caller keeps it up to date.
-    `now` is accepted for policies that age by time; the built-in ones do not need it.
     """
     best_effort = incoming_tenant is None
     if not shares:

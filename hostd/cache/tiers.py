@@ -11,58 +11,61 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from pathlib import Path
 
+from hostd.core.lru import ByteLRU
+
 log = logging.getLogger(__name__)
 
 
 class RamTier:
-    """Model file bytes in host memory, LRU within a byte budget. A version larger than the budget is not kept."""
+    """Model file bytes in host memory, LRU within a byte budget (the core's ByteLRU keeps the order and
+    the byte count; this class keeps the bytes and the lock). A version larger than the budget is not kept."""
 
     def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.used = 0
+        self._lru = ByteLRU(budget)
         self.hits = 0
         self.misses = 0
-        self.evictions = 0
-        self._items: OrderedDict[Hashable, dict[str, bytes]] = OrderedDict()
+        self._items: dict[Hashable, dict[str, bytes]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def budget(self) -> int:
+        return self._lru.budget
+
+    @property
+    def used(self) -> int:
+        return self._lru.used
+
+    @property
+    def evictions(self) -> int:
+        return self._lru.evictions
 
     def get(self, key: Hashable) -> dict[str, bytes] | None:
         with self._lock:
-            blobs = self._items.get(key)
-            if blobs is None:
+            if not self._lru.touch(key):
                 self.misses += 1
                 return None
-            self._items.move_to_end(key)
             self.hits += 1
-            return blobs
+            return self._items[key]
 
     def put(self, key: Hashable, blobs: dict[str, bytes]) -> list[Hashable]:
         size = sum(len(b) for b in blobs.values())
-        evicted: list[Hashable] = []
         with self._lock:
-            if size > self.budget:
-                return evicted
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.used -= sum(len(b) for b in old.values())
-            while self._items and self.used + size > self.budget:
-                k, v = self._items.popitem(last=False)
-                self.used -= sum(len(b) for b in v.values())
-                self.evictions += 1
-                evicted.append(k)
+            if size > self._lru.budget:
+                return []
+            evicted = self._lru.put(key, size)
+            for k in evicted:
+                del self._items[k]
             self._items[key] = blobs
-            self.used += size
         return evicted
 
     def discard(self, key: Hashable) -> None:
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.used -= sum(len(b) for b in old.values())
+            if self._lru.discard(key) is not None:
+                del self._items[key]
 
     def __contains__(self, key: Hashable) -> bool:
         with self._lock:
-            return key in self._items
+            return key in self._lru
 
 
 class DiskTier:

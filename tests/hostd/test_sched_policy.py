@@ -6,7 +6,7 @@ from hostd.sched_policy import FairShare, SlotRequest
 def run(policy: FairShare, waiting: list[SlotRequest], weights: dict[str, float], n: int) -> list[SlotRequest]:
     out = []
     for _ in range(n):
-        r = policy.choose(waiting, weights)
+        r = policy.choose(waiting)
         if r is None:
             break
         waiting.remove(r)

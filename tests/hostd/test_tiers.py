@@ -46,7 +46,8 @@ def test_device_cache_reserves_evicts_and_refuses():
     c.loaded("b", 40, 0.1, now=1)
     plan = c.reserve("c", "t", 40, now=2)  # 120 > 90: free down to 50, least recently used first
     assert plan.ok and plan.evict == ("a", "b")
-    c.refresh(busy=lambda k: k in ("a", "b"), pinned=lambda k: False)
+    c.set_busy("a", True)
+    c.set_busy("b", True)
     c.release("c")
     assert not c.reserve("c", "t", 40, now=3).ok  # everything else is busy
     assert not c.reserve("z", "t", 101, now=3).ok  # larger than the device

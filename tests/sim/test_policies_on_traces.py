@@ -2,6 +2,8 @@
 
 import hostd.batch_policy
 import hostd.cache.policy
+import hostd.core.device
+import hostd.core.queue
 import sim.cache_only
 import sim.cluster
 from sim.cache_only import run_cache_only
@@ -14,9 +16,11 @@ TEXTBOOK = [7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1]
 
 
 def test_sim_drives_the_real_policy_code():
-    assert sim.cache_only.plan_eviction is hostd.cache.policy.plan_eviction
-    assert sim.cluster.plan_eviction is hostd.cache.policy.plan_eviction
-    assert sim.cluster.decide is hostd.batch_policy.decide
+    # the simulator drives the host core (tests/hostd/core/test_one_core.py), which calls the real policies
+    assert sim.cache_only.DeviceCache is sim.cluster.DeviceCache is hostd.core.device.DeviceCache
+    assert hostd.core.device.plan_eviction is hostd.cache.policy.plan_eviction
+    assert sim.cluster.ModelQueue is hostd.core.queue.ModelQueue
+    assert hostd.core.queue.decide is hostd.batch_policy.decide
 
 
 def test_lru_vs_belady_on_textbook_sequence(unit_costs):

@@ -1,0 +1,10 @@
+"""The host core: synchronous, clock-free bookkeeping that hostd's asyncio shell and sim/'s virtual-clock
+shell both drive (plan, execute, commit). Nothing here imports asyncio, grpc, time, storage or metrics;
+every method that needs the time takes `now`.
+
+- device.py: the device cache (resident models, byte counters, eviction plans)
+- lifecycle.py: one model version's states, single-flight loading, failure backoff
+- queue.py: one model's pending requests and executors, over hostd.batch_policy.decide
+- slots.py: the host's execution slots, granted fairly over hostd.sched_policy.FairShare
+- lru.py: a byte-bounded LRU (the host RAM tier's bookkeeping)
+"""

@@ -1,0 +1,59 @@
+"""The model manager's Prometheus updates in one place: loads and their phases, tier hits and misses, bytes
+per tier and per tenant, resident models, evictions and refused loads."""
+
+from __future__ import annotations
+
+from ground.manifest import ModelManifest
+from hostd.core.device import DeviceCache
+from hostd.loader import Loader, LoadResult
+from hostd.metrics import HostdMetrics
+
+
+class ModelMetrics:
+    def __init__(self, metrics: HostdMetrics, cache: DeviceCache, loader: Loader) -> None:
+        self.m = metrics
+        self.cache = cache
+        self.loader = loader
+
+    def device_lookup(self, hit: bool) -> None:
+        (self.m.cache.hits if hit else self.m.cache.misses).labels("device").inc()
+
+    def tiers(self) -> None:
+        c = self.m.cache
+        c.bytes.labels("device").set(self.cache.used)
+        c.bytes.labels("disk").set(self.loader.disk.used)
+        if self.loader.ram is not None:
+            c.bytes.labels("ram").set(self.loader.ram.used)
+        for tenant, n in self.cache.tenant_bytes().items():
+            c.tenant_bytes.labels(tenant).set(n)
+
+    def source_tier(self, source: str) -> None:
+        """Where a load's bytes came from: a hit or miss in the RAM tier, then in the disk tier."""
+        c = self.m.cache
+        if self.loader.ram is not None:
+            (c.hits if source == "ram" else c.misses).labels("ram").inc()
+        if source != "ram":
+            (c.hits if source == "disk" else c.misses).labels("disk").inc()
+
+    def loaded(self, m: ModelManifest, res: LoadResult, memory_bytes: int) -> None:
+        for phase, secs in res.timings.items():
+            self.m.load_duration.labels(phase).observe(secs)
+        self.source_tier(res.source_tier)
+        self.m.loads.labels(m.tenant, m.model, "success").inc()
+        self.m.model_memory.labels(m.tenant, m.model, m.version).set(memory_bytes)
+
+    def failed(self, m: ModelManifest) -> None:
+        self.m.loads.labels(m.tenant, m.model, "failure").inc()
+
+    def refused(self, m: ModelManifest) -> None:
+        self.m.cache.load_refused.labels(m.tenant, m.model).inc()
+
+    def evicted(self, reason: str) -> None:
+        self.m.cache.evictions.labels("device", reason).inc()
+
+    def unloaded(self, m: ModelManifest, had_memory: bool) -> None:
+        if had_memory:
+            self.m.model_memory.remove(m.tenant, m.model, m.version)
+
+    def resident(self, n: int) -> None:
+        self.m.models_resident.set(n)

@@ -1,0 +1,244 @@
+"""One host core, two shells: the simulator and hostd drive the same core classes (not copies), and
+hostd's asyncio shell shows the core's lifecycle on a virtual clock (a fake loader; time only moves when
+the test moves it)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import hostd.batcher
+import hostd.core.device
+import hostd.core.lifecycle
+import hostd.core.queue
+import hostd.core.slots
+import hostd.execution
+import hostd.manager
+import sim.cluster
+from ground.errors import Unavailable
+from ground.manifest import FileEntry, ModelFormat, ModelManifest, TensorSpec
+from ground.settings import HostdSettings
+from hostd.core.device import DeviceCache
+from hostd.core.lifecycle import Lifecycle, ModelState
+from hostd.core.queue import ModelQueue
+from hostd.core.slots import ExecutionSlots
+from hostd.entry import ModelEntry
+from hostd.execution import ExecutionGate
+from hostd.loader import LoadResult
+from hostd.manager import ModelManager
+from hostd.metrics import HostdMetrics
+from hostd.runtimes.base import LoadedModel
+from hostd.tensors import DecodedRequest
+from sim.cluster import Cluster, ClusterConfig, run_cluster
+from sim.costs import ComputeCost, CostModel
+from sim.workload import ModelSpec, Workload
+
+
+def test_the_simulator_runs_the_host_core_classes():
+    specs = [ModelSpec("t/m0/1", "t", 100), ModelSpec("u/m1/1", "u", 100)]
+    wl = Workload(specs, np.array([0.0, 0.0, 0.5]), np.array([0, 1, 0], dtype=np.int64))
+    c = Cluster(wl, ClusterConfig(device_bytes=1000, slots=1))
+    c.run()
+    host = c.hosts[0]
+    assert type(host.cache) is DeviceCache and type(host.slots) is ExecutionSlots
+    assert {type(hm.queue) for hm in host.models.values()} == {ModelQueue}
+    assert {type(hm.life) for hm in host.models.values()} == {Lifecycle}
+    assert sim.cluster.DeviceCache is hostd.core.device.DeviceCache
+    assert sim.cluster.ModelQueue is hostd.core.queue.ModelQueue
+    assert sim.cluster.ExecutionSlots is hostd.core.slots.ExecutionSlots
+    assert sim.cluster.Lifecycle is hostd.core.lifecycle.Lifecycle
+
+
+def test_hostd_runs_the_same_core_classes():
+    assert hostd.manager.DeviceCache is DeviceCache and hostd.manager.Lifecycle is Lifecycle
+    assert hostd.batcher.ModelQueue is ModelQueue
+    assert hostd.execution.ExecutionSlots is ExecutionSlots
+    assert type(ExecutionGate(2, lambda t: 1.0).core) is ExecutionSlots
+
+
+def test_host_slots_in_the_simulator_serialize_batches():
+    # two models, one host slot: the second model's batch waits for the first to finish
+    specs = [ModelSpec("t/m0/1", "t", 10), ModelSpec("u/m1/1", "u", 10)]
+    wl = Workload(specs, np.array([0.0, 0.0, 5.0, 5.0]), np.array([0, 1, 0, 1], dtype=np.int64))
+    costs = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                      compute_default=ComputeCost(0.010, 0.0))
+    free = run_cluster(wl, ClusterConfig(device_bytes=1000), costs).total.latencies
+    one = run_cluster(wl, ClusterConfig(device_bytes=1000, slots=1), costs).total.latencies
+    # t=0: loads of 1 s each, one loader (done at 1 and 2); t=5: both hot, one batch each
+    assert sorted(free) == pytest.approx([0.010, 0.010, 1.010, 2.010])
+    assert sorted(one) == pytest.approx([0.010, 0.020, 1.010, 2.010])  # one slot: one batch after the other
+
+
+# ---- hostd's shell on a virtual clock ----------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Identity(LoadedModel):
+    def run(self, inputs, outputs):
+        return {"y": inputs["x"]}
+
+    def close(self) -> None:
+        pass
+
+
+class FakeLoader:
+    """Counts loads; fails while `fail` is set. No storage, no tiers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail = False
+        self.ram = None
+        self.disk = SimpleNamespace(used=0)
+
+    def load(self, m: ModelManifest) -> LoadResult:
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("corrupt weights")
+        return LoadResult(Identity(), m.total_bytes, True, "disk", {"download": 0.0, "deserialize": 0.0, "warmup": 0.0})
+
+
+def _manifest(model: str, size: int = 100) -> ModelManifest:
+    return ModelManifest(
+        tenant="t", model=model, version="1", format=ModelFormat.ONNX, model_file="model.onnx",
+        inputs=[TensorSpec(name="x", datatype="FP32", shape=[-1, 2])],
+        outputs=[TensorSpec(name="y", datatype="FP32", shape=[-1, 2])],
+        files=[FileEntry(path="model.onnx", size=size, sha256="0" * 64)], max_batch_size=0,
+    )
+
+
+@pytest.fixture
+def host():
+    clock, loader = Clock(), FakeLoader()
+    pool = ThreadPoolExecutor(2)
+    mgr = ModelManager(repo=None, loader=loader, cache=DeviceCache(250), settings=HostdSettings(failed_backoff_s=1.0),
+                       metrics=HostdMetrics(), exec_pool=pool, load_pool=pool, clock=clock)
+    yield mgr, clock, loader
+    pool.shutdown()
+
+
+def _entry(mgr: ModelManager, model: str, size: int = 100) -> ModelEntry:
+    m = _manifest(model, size)
+    e = mgr.entries[m.key()] = ModelEntry(m, Lifecycle(backoff_base_s=1.0))
+    return e
+
+
+async def _single_flight_two_waiters_one_load(mgr, clock, loader):
+    e = _entry(mgr, "a")
+    r1, r2 = await asyncio.gather(mgr.ready_runner(e), mgr.ready_runner(e))
+    assert r1 is r2 and loader.calls == 1 and e.state is ModelState.READY
+    assert (mgr.device_misses, mgr.device_hits) == (1, 2)
+    assert type(r1.queue) is ModelQueue and mgr.cache.residents[e.key].size == 100
+    await mgr.close()
+
+
+async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):
+    e = _entry(mgr, "a")
+    loader.fail = True
+    with pytest.raises(Exception):
+        await mgr.ready_runner(e)
+    assert e.state is ModelState.FAILED and e.retry_at == clock.now + 1.0 and e.key not in mgr.cache
+    clock.now += 0.5
+    with pytest.raises(Unavailable) as err:
+        await mgr.ready_runner(e)  # within the backoff: no new load
+    assert err.value.reason == "load_failed" and loader.calls == 1
+    clock.now += 0.5
+    with pytest.raises(Exception):
+        await mgr.ready_runner(e)  # backoff passed: retried, failed again, now 2 s
+    assert loader.calls == 2 and e.retry_at == clock.now + 2.0
+    loader.fail = False
+    e.life.retry_now()  # what an explicit load (manager.load) does
+    assert await mgr.ready_runner(e) is e.runner and e.failures == 0
+    await mgr.close()
+
+
+async def _no_room_leaves_the_model_absent_and_retry_is_allowed_at_once(mgr, clock, loader):
+    big = _entry(mgr, "big", 200)
+    await mgr.ready_runner(big)
+    big.life.pinned = True
+    mgr.cache.set_pinned(big.key, True)
+    small = _entry(mgr, "small", 100)
+    with pytest.raises(Unavailable) as err:
+        await mgr.ready_runner(small)
+    assert err.value.reason == "no_capacity" and small.state is ModelState.ABSENT and loader.calls == 1
+    mgr.cache.set_pinned(big.key, False)  # unpinned: the next request evicts big at once, no backoff
+    await mgr.ready_runner(small)
+    assert small.state is ModelState.READY and big.state is ModelState.ABSENT and mgr.cache.used == 100
+    await mgr.close()
+
+
+async def _busy_runner_is_never_evicted(mgr: ModelManager) -> None:
+    release = threading.Event()
+    a = _entry(mgr, "a", 200)
+    runner = await mgr.ready_runner(a)
+    runner._loaded = Blocking(release)
+    call = asyncio.ensure_future(runner.infer(_req()))
+    await asyncio.sleep(0.01)
+    assert runner.busy and mgr.cache.residents[a.key].busy  # the runner told the core
+    with pytest.raises(Unavailable):
+        await mgr.ready_runner(_entry(mgr, "b", 100))
+    release.set()
+    await call
+    assert not runner.busy and not mgr.cache.residents[a.key].busy
+    await mgr.ready_runner(mgr.entries[("t", "b", "1")])  # now a can go
+    assert a.state is ModelState.ABSENT
+    await mgr.close()
+
+
+class Blocking(Identity):
+    def __init__(self, evt: threading.Event) -> None:
+        self.evt = evt
+
+    def run(self, inputs, outputs):
+        self.evt.wait(5)
+        return {"y": inputs["x"]}
+
+
+def _req():
+    x = np.zeros((1, 2), np.float32)
+    return DecodedRequest(inputs={"x": x}, outputs=["y"], raw=True, rows=1, shape_key=(), nbytes=8)
+
+
+def test_single_flight(host):
+    asyncio.run(_single_flight_two_waiters_one_load(*host))
+
+
+def test_failed_load_backoff(host):
+    asyncio.run(_failed_load_backs_off_on_the_virtual_clock(*host))
+
+
+def test_no_room(host):
+    asyncio.run(_no_room_leaves_the_model_absent_and_retry_is_allowed_at_once(*host))
+
+
+def test_busy_runner_is_never_evicted(host):
+    asyncio.run(_busy_runner_is_never_evicted(host[0]))
+
+
+def test_the_core_is_pure():
+    """No event loop, no clock, no I/O: every hostd.core module imports only the standard library's data
+    structures and other pure hostd modules."""
+    import ast
+    import pathlib
+
+    import hostd.core
+
+    allowed_hostd = {"hostd.core", "hostd.cache.policy", "hostd.batch_policy", "hostd.sched_policy"}
+    for path in pathlib.Path(hostd.core.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for mod in mods:
+                top = mod.split(".")[0]
+                assert top in {"__future__", "collections", "dataclasses", "enum", "typing", "hostd"}, (path, mod)
+                if top == "hostd":
+                    assert any(mod == a or mod.startswith(a + ".") for a in allowed_hostd), (path, mod)

@@ -229,7 +229,7 @@ class ModelRunner:
             self._stats.record_batch(rows, t_in, t_run, t_out, len(items))
             self._m_compute.observe(t_run / 1e9)
             self._m_batch.observe(rows)
-            for it, res in zip(items, results):
+            for it, res in zip(items, results, strict=True):
                 if not it.future.done():
                     it.future.set_result(res)
         except Exception as e:  # noqa: BLE001 - the model failed: every request in the batch gets the error

@@ -50,7 +50,7 @@ def run_cache_only(
     ts_list, idx_list = wl.ts.tolist(), wl.model.tolist()
     step = 1 << 16
 
-    for n, (now, m) in enumerate(zip(ts_list, idx_list)):
+    for n, (now, m) in enumerate(zip(ts_list, idx_list, strict=True)):
         if progress is not None and n and not n % step:
             progress(step)
         t = mten[m]

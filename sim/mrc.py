@@ -33,7 +33,7 @@ def knee_index(xs: Sequence[float], ys: Sequence[float]) -> int | None:
     x0, x1, y0, y1 = xs[0], xs[-1], min(ys), max(ys)
     if x1 == x0 or y1 == y0:
         return None
-    diff = [(y - y0) / (y1 - y0) - (x - x0) / (x1 - x0) for x, y in zip(xs, ys)]
+    diff = [(y - y0) / (y1 - y0) - (x - x0) / (x1 - x0) for x, y in zip(xs, ys, strict=True)]
     best = max(range(len(diff)), key=diff.__getitem__)
     return best if diff[best] > 0 else None
 
@@ -90,7 +90,7 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
         style = "--" if policy == "offline" else "-"
         (line,) = ax_hit.plot(gb, [r["hit_rate"] for r in mine], style, marker="o", ms=3, label=policy)
         ax_load.plot(gb, [r["load_s"] for r in mine], style, marker="o", ms=3, color=line.get_color(), label=policy)
-        for r, x in zip(mine, gb):
+        for r, x in zip(mine, gb, strict=True):
             if r["knee"]:
                 ax_hit.plot([x], [r["hit_rate"]], "*", ms=14, color=line.get_color())
                 ax_hit.annotate(f"knee {x:.2f} GB", (x, r["hit_rate"]), textcoords="offset points", xytext=(6, -12),

@@ -93,4 +93,4 @@ def run_offline(
         nu[m] = nxt[i]
         if exact:
             heapq.heappush(heap, (-nxt[i], m))
-    return SimResult(name, cache_bytes, dict(zip(names, stats)), {"unavailable": shed} if shed else {})
+    return SimResult(name, cache_bytes, dict(zip(names, stats, strict=True)), {"unavailable": shed} if shed else {})

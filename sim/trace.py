@@ -57,7 +57,7 @@ def read_trace(path: str | Path, default_size: int = 50_000_000, sizes: Mapping[
 
 
 def trace_records(wl: Workload) -> Iterable[Mapping[str, Any]]:
-    for t, i in zip(wl.ts.tolist(), wl.model.tolist()):
+    for t, i in zip(wl.ts.tolist(), wl.model.tolist(), strict=True):
         m = wl.models[i]
         tenant, model, version = m.key.split("/", 2)
         yield {"ts": t, "tenant": tenant, "model": model, "version": version, "size_bytes": m.size}

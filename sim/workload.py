@@ -103,10 +103,10 @@ def generate(cfg: SyntheticConfig) -> Workload:
         starts = np.concatenate([[0], bounds])
         ends = np.concatenate([bounds, [n]])
         swaps = int(cfg.drift_fraction * n_reg / 2)
-        for e, (a, b) in enumerate(zip(starts, ends)):
+        for e, (a, b) in enumerate(zip(starts, ends, strict=True)):
             if e and swaps:
                 i, j = rng.integers(0, n_reg, swaps), rng.integers(0, n_reg, swaps)
-                for x, y in zip(i, j):
+                for x, y in zip(i, j, strict=True):
                     perm[x], perm[y] = perm[y], perm[x]
             out[a:b] = perm[ranks[a:b]]
         idx = out

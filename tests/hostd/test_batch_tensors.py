@@ -27,7 +27,7 @@ def test_merge_then_split_gives_each_request_its_own_rows():
     assert merged["x"].shape == (6, 3)
     out = {"y": merged["x"] * 10}
     parts = split_outputs(out, reqs, "m")
-    for i, (r, p) in enumerate(zip(reqs, parts)):
+    for i, (r, p) in enumerate(zip(reqs, parts, strict=True)):
         assert p["y"].shape == (r.rows, 3) and (p["y"] == 10 * i).all()
 
 

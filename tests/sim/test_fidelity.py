@@ -52,9 +52,9 @@ def test_scraped_metrics_calibrate_positive_load_and_compute_costs(host):
 
     sizes = measured_sizes(scrapes)
     assert set(sizes) == {f"fid/{n}/1" for n in WIDTHS} and all(v > 0 for v in sizes.values())
-    loads = [load_sample(a, b, sizes) for a, b in zip(scrapes, scrapes[1:])]
+    loads = [load_sample(a, b, sizes) for a, b in zip(scrapes, scrapes[1:], strict=False)]
     assert [(s["tier"], s["count"]) for s in loads] == [("storage", 1)] * 3 + [("host_ram", 1)]
-    assert all(s["seconds"] > 0 and s["bytes"] == sizes[f"fid/{n}/1"] for s, n in zip(loads, [*WIDTHS, "large"]))
+    assert all(s["seconds"] > 0 and s["bytes"] == sizes[f"fid/{n}/1"] for s, n in zip(loads, [*WIDTHS, "large"], strict=False))
     batches = batch_samples(scrapes[-1:])
     assert {b["model"] for b in batches} == {f"fid/{n}/1" for n in WIDTHS}
     assert all(b["size"] > 1 for b in batches)  # rows per batch: the 4-row requests count

@@ -19,7 +19,7 @@ def test_sweep_is_monotonic_ish_and_writes_png_and_csv(tmp_path):
     assert len(rows) == 18
     for policy in ("lru", "gdsf", "offline"):
         hits = [r["hit_rate"] for r in rows if r["policy"] == policy]
-        assert all(b >= a - 0.01 for a, b in zip(hits, hits[1:])), (policy, hits)
+        assert all(b >= a - 0.01 for a, b in zip(hits, hits[1:], strict=False)), (policy, hits)
         assert hits[-1] > hits[0] + 0.2
         assert sum(r["knee"] for r in rows if r["policy"] == policy) == 1
     by = {(r["policy"], r["cache_fraction"]): r for r in rows}

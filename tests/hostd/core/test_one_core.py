@@ -20,7 +20,7 @@ import hostd.core.slots
 import hostd.execution
 import hostd.manager
 import sim.cluster
-from ground.errors import Unavailable
+from ground.errors import Internal, Unavailable
 from ground.manifest import FileEntry, ModelFormat, ModelManifest, TensorSpec
 from ground.settings import HostdSettings
 from hostd.core.device import DeviceCache
@@ -144,7 +144,7 @@ async def _single_flight_two_waiters_one_load(mgr, clock, loader):
 async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):
     e = _entry(mgr, "a")
     loader.fail = True
-    with pytest.raises(Exception):
+    with pytest.raises(Internal, match="corrupt weights"):
         await mgr.ready_runner(e)
     assert e.state is ModelState.FAILED and e.retry_at == clock.now + 1.0 and e.key not in mgr.cache
     clock.now += 0.5
@@ -152,7 +152,7 @@ async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):
         await mgr.ready_runner(e)  # within the backoff: no new load
     assert err.value.reason == "load_failed" and loader.calls == 1
     clock.now += 0.5
-    with pytest.raises(Exception):
+    with pytest.raises(Internal):
         await mgr.ready_runner(e)  # backoff passed: retried, failed again, now 2 s
     assert loader.calls == 2 and e.retry_at == clock.now + 2.0
     loader.fail = False

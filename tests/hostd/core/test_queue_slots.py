@@ -70,6 +70,6 @@ def test_slots_weight_and_priority():
 
 def test_slots_without_a_host_limit_grant_everything():
     slots = ExecutionSlots(float("inf"))
-    for i in range(10):
+    for _ in range(10):
         slots.request("t", 1, 0.1, now=0.0)
     assert len(slots.grant()) == 10

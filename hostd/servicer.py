@@ -3,6 +3,11 @@ tenant (and, for inference, the time left) off the call, calls the data plane (h
 turns what it answers into a response message. Errors are raised as ServingError and become statuses in
 one interceptor (ground/interceptors.py).
 
+Request bodies reach these handlers already decoded, but not by grpc: the ErrorInterceptor
+(ground/interceptors.py) takes each method's raw bytes and decodes them itself, so an undecodable body on any
+RPC is INVALID_ARGUMENT with `mmhost-reason`, never grpc's UNKNOWN (which a router reads as a failed transport
+and would mark this host down for). Registration stays the generated `add_GRPCInferenceServiceServicer_to_server`.
+
 Tenancy: a router sets the `mmhost-tenant` metadata on what it forwards. A call without it (a direct
 call on a hostd's internal port) acts as the configured default tenant.
 """

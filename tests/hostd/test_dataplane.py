@@ -13,7 +13,9 @@ from ground.errors import InvalidArgument, NotFound, ResourceExhausted, Unavaila
 from ground.manifest import DynamicBatching, ModelFormat, ModelManifest, TensorSpec
 from ground.tenancy import TenantLimits
 from ground.wire import Reason
-from hostd.dataplane import DataPlane, IndexRow, StatsRow, infer_deadline, model_is_ready, request_priority
+from ground.inflight_policy import ByteBudget, InflightBytes
+from hostd.dataplane import (DataPlane, IndexRow, StatsRow, infer_deadline, model_is_ready, request_bytes,
+                             request_priority)
 from hostd.metrics import HostdMetrics
 from hostd.model_state import ModelState
 from hostd.stats import ModelStats
@@ -198,6 +200,21 @@ def test_draining_refuses_with_reason_and_retry_after():
     assert mgr.runner.calls == [] and mgr.entries == {}  # refused before resolving the model
     assert dp.shed_by_tenant == {"t": 1} and dp.requests_by_tenant == {"t": 1} and dp.inflight == 0
     assert metric(dp, "mmhost_requests_shed_total", tenant="t", model="(unknown)", reason="draining") == 1
+
+
+def test_bytes_in_flight_past_the_tenants_budget_are_refused_before_anything_else_and_given_back():
+    dp, mgr, _ = plane()
+    dp.inflight_bytes = InflightBytes(ByteBudget(total=1000, per_tenant=100))
+    assert request_bytes(infer_req()) == 8  # two float32
+    assert dp.inflight_bytes.acquire("t", 95).granted  # another request of t's, still running
+    with pytest.raises(ResourceExhausted) as ei:
+        asyncio.run(dp.infer("t", infer_req()))
+    assert ei.value.reason == Reason.INFLIGHT_BYTES.value and ei.value.retry_after_ms is not None
+    assert mgr.runner.calls == [] and dp.inflight_bytes.of("t") == 95  # refused before the model; nothing held
+    assert metric(dp, "mmhost_requests_shed_total", tenant="t", model="(unknown)", reason="inflight_bytes") == 1
+    dp.inflight_bytes.release("t", 95)
+    asyncio.run(dp.infer("t", infer_req()))
+    assert dp.inflight_bytes.total == 0  # the request's bytes were given back when it ended
 
 
 def test_runner_sheds_are_counted_on_the_model():

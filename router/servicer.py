@@ -79,9 +79,9 @@ class RouterServicer:
     def handler(self) -> grpc.GenericRpcHandler:
         names = ["ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelConfig",
                  "ModelInfer", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]
+        methods = {n: getattr(self, n) if n == "ModelInfer" else _small(n, getattr(self, n)) for n in names}
         return grpc.method_handlers_generic_handler(
-            SERVICE, {n: grpc.unary_unary_rpc_method_handler(getattr(self, n) if n == "ModelInfer" else _small(n, getattr(self, n)))
-                      for n in names})
+            SERVICE, {n: grpc.unary_unary_rpc_method_handler(m) for n, m in methods.items()})
 
     # -- front door -------------------------------------------------------------------------------
 

@@ -59,7 +59,8 @@ class ModelRunner:
         clock: Callable[[], float] = time.monotonic,
         on_busy: Callable[[bool], None] | None = None,
     ) -> None:
-        """`on_busy(busy)` is called whenever `busy` changes (the device cache's eviction flag)."""
+        """`gate`: the host's execution slots shared by all runners (None: only this runner's own executors
+        limit it). `on_busy(busy)` is called whenever `busy` changes (the device cache's eviction flag)."""
         self.tenant, self.model = tenant, model
         self._loaded = loaded
         self._limits = limits
@@ -72,8 +73,6 @@ class ModelRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        self._gate = gate
-        self._asking: int | None = None  # the gate request in flight: 0 while asking, then its token
         self._on_busy = on_busy
         self._was_busy = False
         self._idle = asyncio.Event()
@@ -83,6 +82,8 @@ class ModelRunner:
         self._m_compute = metrics.compute_duration.labels(*labels)
         self._m_batch = metrics.batch_size.labels(*labels)
         self._m_depth = metrics.queue_depth.labels(*labels)
+        self._gate = gate or ExecutionGate.unlimited(clock)
+        self._gate.add(self)
 
     # ---- state other parts read -------------------------------------------------------------------
     @property
@@ -153,62 +154,49 @@ class ModelRunner:
         batches = max(1, len(self.queue) // max(1, self.queue.config.max_batch_size or 1))
         return max(10, int(1000 * per_batch * batches / max(1, self.queue.executors)))
 
-    # ---- the loop around the core's plan ----------------------------------------------------------
-    def _plan(self, now: float):
-        d = self.queue.plan(now)
-        for seq in d.expired:
+    # ---- the host core plans (hostd/core/dispatch.py through the gate); the runner executes ----------
+    def _kick(self) -> None:
+        """Something changed: the core starts what can start (a batch first gets a host execution slot, and
+        is formed when the slot is granted, so it can grow meanwhile)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._closed:
+            self._gate.kick(self)
+        self._changed()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._kick()
+
+    def apply(self, started: list[tuple[int, ...]], expired: list[int], rejected: list[int],
+              wake_at: float | None, now: float) -> None:
+        """This runner's part of a dispatch step: fail what expired or timed out, start the batches the core
+        started, and plan again at `wake_at`."""
+        for seq in expired:
             self._fail(seq, DeadlineExceeded("deadline passed before the request could run", reason="deadline"))
-        for seq in d.rejected:
+        for seq in rejected:
             self._fail(
                 seq,
                 Unavailable("request timed out in the model's queue", reason="queue_timeout", retry_after_ms=self._retry_hint_ms()),
             )
-        return d
-
-    def _kick(self) -> None:
-        """Something changed: run what the plan says can run. With a host execution gate, a batch that could
-        run first waits for a slot, and is formed when the slot is granted (so it can grow meanwhile)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        while self.queue.pending and self.queue.free > 0 and self._asking is None:
-            now = self._clock()
-            d = self._plan(now)
-            if not d.run:
-                if d.wake_at is not None:
-                    self._timer = asyncio.get_running_loop().call_later(max(0.0, d.wake_at - now), self._kick)
-                break
-            if self._gate is None:
-                self._start(d.run, now)
-                continue
-            head = self.queue.pending[d.run[0]]
-            self._asking = 0
-            token = self._gate.request(self.tenant, head.priority, self._cost_estimate(), self._granted)
-            if self._asking == 0:  # not granted yet: remember the request so close() can cancel it
-                self._asking = token
-            break
+        for seqs in started:
+            self._start(seqs, now)
+        if wake_at is not None and not self._closed:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, wake_at - now), self._on_timer)
         self._changed()
-
-    def _granted(self) -> None:
-        assert self._gate is not None
-        self._asking = None
-        now = self._clock()
-        d = self._plan(now) if (self.queue.pending and not self._closed and self.queue.free > 0) else None
-        if d is None or not d.run:
-            self._gate.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
-        else:
-            self._start(d.run, now)
-        self._changed()
-        asyncio.get_running_loop().call_soon(self._kick)
 
     def _start(self, seqs: tuple[int, ...], now: float) -> None:
-        self.queue.start(seqs)
+        """The core started this batch (out of the queue, onto an executor): run it in a worker thread."""
         items = [self._items.pop(s) for s in seqs]
         task = asyncio.get_running_loop().create_task(self._execute(items, now))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _cost_estimate(self) -> float:
+    def cost_estimate(self) -> float:
+        """Estimated seconds of device time for a batch: the mean so far (the slots' fair share charges it)."""
         s = self._stats.compute_infer
         return (s.ns / s.count / 1e9) if s.count else 0.001
 
@@ -238,11 +226,7 @@ class ModelRunner:
                 if not it.future.done():
                     it.future.set_exception(err)
         finally:
-            self.queue.finish(len(items))
-            if self._gate is not None:
-                self._gate.release()
-            if not self._closed:
-                self._kick()
+            self._gate.finish(self, len(items))  # frees the executor and the slot; starts what can start
             self._changed()
 
     def _run_batch(self, items: list[_Item]) -> tuple[list[dict[str, np.ndarray]], int, int, int]:
@@ -266,9 +250,8 @@ class ModelRunner:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        if self._gate is not None and self._asking:
-            self._gate.cancel(self._asking)
-            self._asking = None
+            self._timer = None
+        self._gate.remove(self)  # withdraws its slot request, if any
         for seq in self.queue.clear():
             self._fail(seq, Unavailable(f"model {self.model!r} was unloaded", reason="unloaded", retry_after_ms=100))
         self._changed()

@@ -1,53 +1,74 @@
-"""The asyncio shell over the host's execution slots (hostd/core/slots.py): a batch that may run asks for a
-slot with a callback, which runs on the event loop once the core grants it; slot waits go to a metric."""
+"""The asyncio shell over the host's batch dispatch (hostd/core/dispatch.py: every model's queue and the
+host's execution slots, granted fairly across tenants). Runners register here; a runner's kick or finished
+batch asks the core for a step, and this shell hands each runner its part (batches to start, requests that
+expired or timed out, when to plan again). Slot waits go to a metric."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from hostd.core.dispatch import Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
+
+if TYPE_CHECKING:
+    from hostd.batcher import ModelRunner
 
 
 class ExecutionGate:
-    def __init__(self, slots: int, weight: Callable[[str], float], clock: Callable[[], float] = time.monotonic,
+    def __init__(self, slots: float, weight: Callable[[str], float] = lambda tenant: 1.0,
+                 clock: Callable[[], float] = time.monotonic,
                  on_wait: Callable[[str, float], None] | None = None) -> None:
-        self.core = ExecutionSlots(slots, weight)
+        """`slots`: batches running at once on the host (math.inf: no host-wide limit)."""
+        self.core = Dispatcher(ExecutionSlots(slots, weight), lambda runner, n: runner.cost_estimate())
         self._clock = clock
-        self._on_grant: dict[int, Callable[[], None]] = {}
         self._on_wait = on_wait
 
-    @property
-    def slots(self) -> int:
-        return int(self.core.slots)
+    @classmethod
+    def unlimited(cls, clock: Callable[[], float] = time.monotonic) -> ExecutionGate:
+        """For a runner without a host gate: its own executors are the only limit."""
+        return cls(math.inf, clock=clock)
 
     @property
-    def free(self) -> int:
-        return int(self.core.free)
+    def slots(self) -> float:
+        return self.core.slots.slots
+
+    @property
+    def free(self) -> float:
+        return self.core.slots.free
 
     @property
     def waiting(self) -> int:
-        return self.core.waiting
+        return self.core.slots.waiting
 
-    def request(self, tenant: str, priority: int, cost: float, on_grant: Callable[[], None]) -> int:
-        """Ask for a slot; `on_grant` runs (synchronously, on the event loop) once one is granted, and the
-        holder must call `release` when its batch finishes."""
-        token = self.core.request(tenant, priority, cost, self._clock())
-        self._on_grant[token] = on_grant
-        self._dispatch()
-        return token
+    def add(self, runner: ModelRunner) -> None:
+        self.core.add(runner, runner.queue, runner.tenant)
 
-    def cancel(self, token: int) -> None:
-        self.core.cancel(token)
-        self._on_grant.pop(token, None)
+    def remove(self, runner: ModelRunner) -> None:
+        self.core.remove(runner)
 
-    def release(self) -> None:
-        self.core.release()
-        self._dispatch()
+    def kick(self, runner: ModelRunner) -> None:
+        now = self._clock()
+        self._apply(self.core.kick(runner, now), now)
 
-    def _dispatch(self) -> None:
-        for r in self.core.grant():
-            grant = self._on_grant.pop(r.seq)
-            if self._on_wait is not None:
-                self._on_wait(r.tenant, self._clock() - r.arrival)
-            grant()
+    def finish(self, runner: ModelRunner, requests: int) -> None:
+        now = self._clock()
+        self._apply(self.core.finish(runner, requests, now), now)
+
+    def _apply(self, step: Step, now: float) -> None:
+        if self._on_wait is not None:
+            for tenant, waited in step.waits:
+                self._on_wait(tenant, waited)
+        parts: dict[ModelRunner, tuple[list, list, list]] = {}
+        for r, seqs in step.started:
+            parts.setdefault(r, ([], [], []))[0].append(seqs)
+        for r, seq in step.expired:
+            parts.setdefault(r, ([], [], []))[1].append(seq)
+        for r, seq in step.rejected:
+            parts.setdefault(r, ([], [], []))[2].append(seq)
+        for r in step.wake:
+            parts.setdefault(r, ([], [], []))
+        for r, (started, expired, rejected) in parts.items():
+            r.apply(started, expired, rejected, step.wake.get(r), now)

@@ -1,9 +1,9 @@
 """The full engine: hosts that each run the host core (hostd/core/) on a virtual clock. Per host: the
 device cache (byte budget, eviction policy, shares), each model's lifecycle (single-flight loads; a load
 with no room is shed) and queue (batches formed by hostd.batch_policy.decide over its executors), and the
-host's execution slots (fair across tenants, hostd.sched_policy). What the simulator adds is only the
-cost model (sim/costs.py: load and batch times, one loader at a time per host) and the virtual clock
-(sim/engine.py). Latency = completion - arrival; shed requests never run.
+host's execution slots (fair across tenants, hostd.sched_policy), tied by the core's dispatcher. What
+the simulator adds is only the cost model (sim/costs.py: load and batch times, one loader at a time per
+host) and the virtual clock (sim/engine.py). Latency = completion - arrival; shed requests never run.
 
 Hooks (adapters for the router's side):
 - admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
@@ -23,6 +23,7 @@ from hostd.cache.policy import Share
 from hostd.core.device import DeviceCache
 from hostd.core.lifecycle import Action, Lifecycle, ModelState
 from hostd.core.queue import ModelQueue
+from hostd.core.dispatch import Cost, Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
 from sim.costs import CostModel
 from sim.engine import EventLoop
@@ -57,8 +58,7 @@ class HostedModel:
 
     life: Lifecycle
     queue: ModelQueue
-    wake_at: float = math.inf
-    asking: int | None = None  # the execution-slot request in flight
+    wake_at: float = math.inf  # a wake-up is scheduled for then
 
     @property
     def state(self) -> ModelState:
@@ -66,15 +66,19 @@ class HostedModel:
 
 
 class SimHost:
-    def __init__(self, index: int, cfg: ClusterConfig) -> None:
+    def __init__(self, index: int, cfg: ClusterConfig, cost: Cost) -> None:
         self.index = index
         self.cache = DeviceCache(cfg.device_bytes, cfg.high, cfg.low, cfg.policy, cfg.shares)
         weights = dict(cfg.weights or {})
-        self.slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0))
+        slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0))
+        self.dispatch = Dispatcher(slots, cost)
         self.tiers = Tiers(cfg.host_ram_bytes)
         self.models: dict[int, HostedModel] = {}  # loading or ready
-        self.asking: dict[int, int] = {}  # slot token -> model
         self.loader_free_at = 0.0
+
+    @property
+    def slots(self) -> ExecutionSlots:
+        return self.dispatch.slots
 
     @property
     def budget(self) -> int:
@@ -108,7 +112,9 @@ class Cluster:
         self.wl, self.cfg, self.costs = wl, cfg, costs or CostModel()
         self.admission, self.placement = admission, placement or default_placement
         self.loop = EventLoop(float(wl.ts[0]) if len(wl) else 0.0)
-        self.hosts = [SimHost(i, cfg) for i in range(cfg.hosts)]
+        keys = [m.key for m in wl.models]
+        batch_cost = self.costs.batch_seconds
+        self.hosts = [SimHost(i, cfg, lambda m, n: batch_cost(keys[m], n)) for i in range(cfg.hosts)]
         self.stats = {t: TenantStats() for t in wl.tenants}
         self.shed_reasons: dict[str, int] = {}
         self._ts, self._model = wl.ts.tolist(), wl.model.tolist()
@@ -193,9 +199,7 @@ class Cluster:
     def _evict(self, host: SimHost, keys: tuple) -> None:
         for k in keys:
             hm = host.models.pop(k)
-            if hm.asking is not None:  # cannot happen (a model asking for a slot is busy); keep slots true
-                host.slots.cancel(hm.asking)
-                host.asking.pop(hm.asking, None)
+            host.dispatch.remove(k)
             hm.life.begin_unload()
             hm.life.unloaded()
             r = host.cache.release(k)
@@ -203,7 +207,9 @@ class Cluster:
 
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
-        host.models[m].life.loaded()
+        hm = host.models[m]
+        hm.life.loaded()
+        host.dispatch.add(m, hm.queue, self._tenant_of[m])
         size = self.wl.models[m].size
         host.cache.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
         host.cache.set_busy(m, True)  # until its queue says otherwise (below, in _kick)
@@ -211,59 +217,31 @@ class Cluster:
             self._evict(host, host.cache.watermark_plan(now).evict)
         self._kick(host, m)
 
-    # ---- batches and execution slots ---------------------------------------------------------------
-    def _plan(self, hm: HostedModel, m: int, now: float):
-        d = hm.queue.plan(now)
-        for s in d.expired + d.rejected:
-            del self._arrival[s]
-        tenant = self._tenant_of[m]
-        if d.expired:
-            self._shed(tenant, "deadline", len(d.expired))
-        if d.rejected:
-            self._shed(tenant, "queue_timeout", len(d.rejected))
-        return d
-
+    # ---- batches: the host core's dispatcher plans, the cost model executes -----------------------
     def _kick(self, host: SimHost, m: int) -> None:
-        """Run what the queue's plan says can run; each batch first gets a host execution slot."""
         hm = host.models.get(m)
         if hm is None or hm.state is not ModelState.READY:
             return
-        now = self.loop.now
-        q = hm.queue
-        while q.pending and q.free > 0 and hm.asking is None:
-            d = self._plan(hm, m, now)
-            if not d.run:
-                if d.wake_at is not None and d.wake_at < hm.wake_at:
-                    hm.wake_at = d.wake_at
-                    self.loop.schedule(d.wake_at, self._wake, host, m, d.wake_at)
-                break
-            cost = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
-            token = host.slots.request(self._tenant_of[m], q.pending[d.run[0]].priority, cost, now)
-            hm.asking = token
-            host.asking[token] = m
-            self._grant(host)
-        host.cache.set_busy(m, q.busy)
+        self._apply(host, host.dispatch.kick(m, self.loop.now))
+        host.cache.set_busy(m, hm.queue.busy)
 
-    def _grant(self, host: SimHost) -> None:
-        granted = [host.asking.pop(r.seq) for r in host.slots.grant()]
-        for m in granted:
-            self._granted(host, m)
-        for m in granted:
-            self._kick(host, m)
-
-    def _granted(self, host: SimHost, m: int) -> None:
-        """A slot for model m: form its batch now (it may have grown while waiting) and start it."""
-        hm = host.models[m]
-        hm.asking = None
-        now = self.loop.now
-        d = self._plan(hm, m, now) if (hm.queue.pending and hm.queue.free > 0) else None
-        if d is None or not d.run:
-            host.slots.release()  # nothing to run after all
-            self._grant(host)
-            return
-        hm.queue.start(d.run)
-        secs = self.costs.batch_seconds(self.wl.models[m].key, len(d.run))
-        self.loop.after(secs, self._batch_done, host, m, d.run)
+    def _apply(self, host: SimHost, step: Step) -> None:
+        """Execute a dispatch step: shed what expired, run the started batches on the cost model."""
+        for m, s in step.expired:
+            del self._arrival[s]
+            self._shed(self._tenant_of[m], "deadline")
+        for m, s in step.rejected:
+            del self._arrival[s]
+            self._shed(self._tenant_of[m], "queue_timeout")
+        for m, seqs in step.started:
+            self.loop.after(self.costs.batch_seconds(self.wl.models[m].key, len(seqs)), self._batch_done, host, m, seqs)
+        for m, at in step.wake.items():
+            hm = host.models.get(m)
+            if hm is not None and at < hm.wake_at:
+                hm.wake_at = at
+                self.loop.schedule(at, self._wake, host, m, at)
+        for m in {m for m, _ in step.started}:  # other models' batches may start on a freed slot
+            host.cache.set_busy(m, host.models[m].queue.busy)
 
     def _wake(self, host: SimHost, m: int, at: float) -> None:
         hm = host.models.get(m)
@@ -277,10 +255,10 @@ class Cluster:
         extra = self.costs.request_overhead_s
         for s in seqs:
             lat.append(now - self._arrival.pop(s) + extra)
-        host.models[m].queue.finish(len(seqs))
-        host.slots.release()
-        self._grant(host)
-        self._kick(host, m)
+        self._apply(host, host.dispatch.finish(m, len(seqs), now))
+        hm = host.models.get(m)
+        if hm is not None:
+            host.cache.set_busy(m, hm.queue.busy)
 
 
 def run_cluster(wl: Workload, cfg: ClusterConfig, costs: CostModel | None = None, **hooks) -> SimResult:

@@ -14,6 +14,7 @@ import pytest
 
 import hostd.batcher
 import hostd.core.device
+import hostd.core.dispatch
 import hostd.core.lifecycle
 import hostd.core.queue
 import hostd.core.slots
@@ -24,6 +25,7 @@ from ground.errors import Internal, Unavailable
 from ground.manifest import FileEntry, ModelFormat, ModelManifest, TensorSpec
 from ground.settings import HostdSettings
 from hostd.core.device import DeviceCache
+from hostd.core.dispatch import Dispatcher
 from hostd.core.lifecycle import Lifecycle, ModelState
 from hostd.core.queue import ModelQueue
 from hostd.core.slots import ExecutionSlots
@@ -46,19 +48,22 @@ def test_the_simulator_runs_the_host_core_classes():
     c.run()
     host = c.hosts[0]
     assert type(host.cache) is DeviceCache and type(host.slots) is ExecutionSlots
+    assert type(host.dispatch) is Dispatcher
     assert {type(hm.queue) for hm in host.models.values()} == {ModelQueue}
     assert {type(hm.life) for hm in host.models.values()} == {Lifecycle}
     assert sim.cluster.DeviceCache is hostd.core.device.DeviceCache
     assert sim.cluster.ModelQueue is hostd.core.queue.ModelQueue
     assert sim.cluster.ExecutionSlots is hostd.core.slots.ExecutionSlots
     assert sim.cluster.Lifecycle is hostd.core.lifecycle.Lifecycle
+    assert sim.cluster.Dispatcher is hostd.core.dispatch.Dispatcher
 
 
 def test_hostd_runs_the_same_core_classes():
     assert hostd.manager.DeviceCache is DeviceCache and hostd.manager.Lifecycle is Lifecycle
     assert hostd.batcher.ModelQueue is ModelQueue
-    assert hostd.execution.ExecutionSlots is ExecutionSlots
-    assert type(ExecutionGate(2, lambda t: 1.0).core) is ExecutionSlots
+    assert hostd.execution.ExecutionSlots is ExecutionSlots and hostd.execution.Dispatcher is Dispatcher
+    gate = ExecutionGate(2, lambda t: 1.0)
+    assert type(gate.core) is Dispatcher and type(gate.core.slots) is ExecutionSlots
 
 
 def test_host_slots_in_the_simulator_serialize_batches():
@@ -138,6 +143,7 @@ async def _single_flight_two_waiters_one_load(mgr, clock, loader):
     assert r1 is r2 and loader.calls == 1 and e.state is ModelState.READY
     assert (mgr.device_misses, mgr.device_hits) == (1, 2)
     assert type(r1.queue) is ModelQueue and mgr.cache.residents[e.key].size == 100
+    assert type(r1._gate.core) is Dispatcher  # no host gate here: the runner's own, the same core class
     await mgr.close()
 
 

@@ -1,0 +1,125 @@
+"""A host's batch dispatch: every model's queue (core/queue.py) and the host's execution slots
+(core/slots.py), tied together. This is the loop both shells used to write around the batch policy:
+plan a model's queue; a batch that may run asks for a slot; when a slot is granted, the batch is formed
+then (it may have grown while waiting) and started; a finished batch frees its executor and its slot.
+
+Plan -> execute -> commit: `kick` and `finish` return a Step (batches started, requests expired or
+rejected, when to plan again, slot waits); the shell executes it (hostd: worker threads and futures; sim:
+the cost model on the virtual clock) and calls `finish` when a batch is done. No clock: pass `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from hostd.batch_policy import BatchDecision
+from hostd.core.queue import ModelQueue
+from hostd.core.slots import ExecutionSlots
+
+Cost = Callable[[Hashable, int], float]  # (model, requests in the batch) -> estimated seconds
+
+
+@dataclass
+class Step:
+    started: list[tuple[Hashable, tuple[int, ...]]] = field(default_factory=list)  # (model, seqs): run these
+    expired: list[tuple[Hashable, int]] = field(default_factory=list)  # (model, seq): deadline passed
+    rejected: list[tuple[Hashable, int]] = field(default_factory=list)  # (model, seq): queue timeout passed
+    wake: dict[Hashable, float] = field(default_factory=dict)  # model -> plan it again at this time
+    waits: list[tuple[str, float]] = field(default_factory=list)  # (tenant, seconds waited for a slot)
+
+
+@dataclass
+class _Entry:
+    queue: ModelQueue
+    tenant: str
+    asking: int | None = None  # the slot request in flight
+    removed: bool = False  # left the host; kept until its running batches finish
+
+
+class Dispatcher:
+    def __init__(self, slots: ExecutionSlots, cost: Cost) -> None:
+        self.slots = slots
+        self._cost = cost
+        self._models: dict[Hashable, _Entry] = {}
+        self._asking: dict[int, Hashable] = {}  # slot token -> model
+
+    def add(self, model: Hashable, queue: ModelQueue, tenant: str) -> None:
+        self._models[model] = _Entry(queue, tenant)
+
+    def remove(self, model: Hashable) -> None:
+        """The model leaves (unloaded): its slot request, if any, is withdrawn; nothing more starts for it,
+        and its running batches still `finish`."""
+        e = self._models.get(model)
+        if e is None:
+            return
+        if e.asking is not None:
+            self.slots.cancel(e.asking)
+            self._asking.pop(e.asking, None)
+            e.asking = None
+        e.removed = True
+        if e.queue.inflight == 0:
+            del self._models[model]
+
+    def kick(self, model: Hashable, now: float) -> Step:
+        """Something changed for the model (a request arrived, a timer fired): start what can start."""
+        step = Step()
+        self._kick(model, now, step)
+        return step
+
+    def finish(self, model: Hashable, requests: int, now: float) -> Step:
+        """A batch of `requests` finished: free its executor and its slot, then start what can start."""
+        step = Step()
+        e = self._models[model]
+        e.queue.finish(requests)
+        if e.removed and e.queue.inflight == 0:
+            del self._models[model]
+        self.slots.release()
+        self._grant(now, step)
+        self._kick(model, now, step)
+        return step
+
+    def _plan(self, model: Hashable, q: ModelQueue, now: float, step: Step) -> BatchDecision:
+        d = q.plan(now)
+        step.expired.extend((model, s) for s in d.expired)
+        step.rejected.extend((model, s) for s in d.rejected)
+        return d
+
+    def _kick(self, model: Hashable, now: float, step: Step) -> None:
+        e = self._models.get(model)
+        if e is None or e.removed:
+            return
+        q = e.queue
+        while q.pending and q.free > 0 and e.asking is None:
+            d = self._plan(model, q, now, step)
+            if not d.run:
+                if d.wake_at is not None:
+                    step.wake[model] = d.wake_at
+                break
+            token = self.slots.request(e.tenant, q.pending[d.run[0]].priority, self._cost(model, len(d.run)), now)
+            e.asking = token
+            self._asking[token] = model
+            self._grant(now, step)
+
+    def _grant(self, now: float, step: Step) -> None:
+        granted = []
+        for r in self.slots.grant():
+            granted.append(self._asking.pop(r.seq))
+            step.waits.append((r.tenant, now - r.arrival))
+        for model in granted:
+            self._granted(model, now, step)
+        for model in granted:
+            self._kick(model, now, step)
+
+    def _granted(self, model: Hashable, now: float, step: Step) -> None:
+        """A slot for the model: form its batch now and start it, or give the slot back."""
+        e = self._models[model]
+        e.asking = None
+        q = e.queue
+        d = self._plan(model, q, now, step) if (q.pending and q.free > 0) else None
+        if d is None or not d.run:
+            self.slots.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
+            self._grant(now, step)
+            return
+        q.start(d.run)
+        step.started.append((model, d.run))

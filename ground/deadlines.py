@@ -8,6 +8,7 @@ caller passes `now` and what it read off the call.
 from __future__ import annotations
 
 INF = float("inf")
+MAX_TIMEOUT_US = 10**15  # ~31 years: a longer `timeout` parameter means none (and a 500-digit one is no crash)
 
 
 def deadline_at(now: float, grpc_remaining: float | None, timeout_us: int | None = None,
@@ -15,7 +16,7 @@ def deadline_at(now: float, grpc_remaining: float | None, timeout_us: int | None
     """Absolute deadline on the caller's clock; INF for none."""
     at = INF if grpc_remaining is None else now + grpc_remaining
     if timeout_us is not None and timeout_us > 0:
-        at = min(at, now + timeout_us / 1e6)
+        at = min(at, now + min(timeout_us, MAX_TIMEOUT_US) / 1e6)
     if at == INF and default_s > 0:
         at = now + default_s
     return at

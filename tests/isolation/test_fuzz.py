@@ -48,3 +48,16 @@ def test_an_undecodable_body_is_invalid_argument_on_both(isolated):
                 assert e.code() is grpc.StatusCode.INVALID_ARGUMENT, (proc.role, rpc, e.code(), e.details())
             else:
                 raise AssertionError(f"{proc.role} {rpc}: an undecodable body was answered OK")
+
+
+def test_absurd_timeouts_and_priorities_are_no_internal_error(isolated):
+    """Found by the long fuzz run: a 500-digit `timeout` overflowed the deadline arithmetic (INTERNAL)."""
+    for proc, md in ((isolated.hostd, ((TENANT_HEADER, "light"),)), (isolated.router, auth(isolated.keys["light"]))):
+        for key, value in (("timeout", "9" * 500), ("timeout", "9" * 5000), ("priority", "9" * 500),
+                           ("timeout", str(2**64 - 1))):
+            r = fast_request()
+            r.parameters[key].string_param = value
+            try:
+                proc.stub.ModelInfer(r, metadata=md, timeout=30)
+            except grpc.RpcError as e:
+                assert e.code() is grpc.StatusCode.INVALID_ARGUMENT, (proc.role, key, e.code(), e.details())

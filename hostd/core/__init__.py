@@ -6,5 +6,6 @@ every method that needs the time takes `now`.
 - lifecycle.py: one model version's states, single-flight loading, failure backoff
 - queue.py: one model's pending requests and executors, over hostd.batch_policy.decide
 - slots.py: the host's execution slots, granted fairly over hostd.sched_policy.FairShare
+- dispatch.py: a host's queues and slots together: which batches start now (returns a Step to execute)
 - lru.py: a byte-bounded LRU (the host RAM tier's bookkeeping)
 """

@@ -28,6 +28,7 @@ class DeviceCache:
         self.low = low
         self.shares: Mapping[str, Share] = shares or {}
         self.policy = make_policy(policy)
+        self._on_access = self.policy.on_access  # bound once: access() is the simulator's hot path
         self.residents: dict[Hashable, Resident] = {}
         self.used = 0  # bytes of all residents, kept up to date by reserve / loaded / release
         self._tenant: dict[str, int] = {}
@@ -99,7 +100,7 @@ class DeviceCache:
             return False
         r.last_use = now
         r.hits += 1
-        self.policy.on_access(key, now, r.size, r.load_cost)
+        self._on_access(key, now, r.size, r.load_cost)
         return True
 
     def release(self, key: Hashable) -> Resident | None:

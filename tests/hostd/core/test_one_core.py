@@ -104,12 +104,14 @@ class FakeLoader:
         self.fail = False
         self.ram = None
         self.disk = SimpleNamespace(used=0)
+        self.models: dict[str, LoadedModel] = {}  # model name -> what loading it gives (default Identity)
 
     def load(self, m: ModelManifest) -> LoadResult:
         self.calls += 1
         if self.fail:
             raise RuntimeError("corrupt weights")
-        return LoadResult(Identity(), m.total_bytes, True, "disk", {"download": 0.0, "deserialize": 0.0, "warmup": 0.0})
+        timings = {"download": 0.0, "deserialize": 0.0, "warmup": 0.0}
+        return LoadResult(self.models.get(m.model, Identity()), m.total_bytes, True, "disk", timings)
 
 
 def _manifest(model: str, size: int = 100) -> ModelManifest:
@@ -182,11 +184,11 @@ async def _no_room_leaves_the_model_absent_and_retry_is_allowed_at_once(mgr, clo
     await mgr.close()
 
 
-async def _busy_runner_is_never_evicted(mgr: ModelManager) -> None:
+async def _busy_runner_is_never_evicted(mgr: ModelManager, loader: FakeLoader) -> None:
     release = threading.Event()
+    loader.models["a"] = Blocking(release)
     a = _entry(mgr, "a", 200)
     runner = await mgr.ready_runner(a)
-    runner._loaded = Blocking(release)
     call = asyncio.ensure_future(runner.infer(_req()))
     await asyncio.sleep(0.01)
     assert runner.busy and mgr.cache.residents[a.key].busy  # the runner told the core
@@ -227,7 +229,7 @@ def test_no_room(host):
 
 
 def test_busy_runner_is_never_evicted(host):
-    asyncio.run(_busy_runner_is_never_evicted(host[0]))
+    asyncio.run(_busy_runner_is_never_evicted(host[0], host[2]))
 
 
 def test_the_core_is_pure():

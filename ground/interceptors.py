@@ -36,8 +36,9 @@ def status_of(err: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
         rid = (err.request_id if isinstance(err, Forwarded) else "") or new_request_id()
         text = scrub(err.message)
         if (err.detail or text != err.message) and not isinstance(err, Forwarded):
-            log.warning("request %s: %s %s%s", rid, err.code.name, err.message,
-                        f" ({err.detail})" if err.detail else "")
+            # a detail is the process's own trouble (warning); a scrubbed message alone may be a caller's odd name
+            log.log(logging.WARNING if err.detail else logging.INFO, "request %s: %s %s%s", rid, err.code.name,
+                    cap(err.message, 4096), f" ({err.detail})" if err.detail else "")
             text = f"{cap(text, MAX_MESSAGE_CHARS - 40)} (request id {rid})"
         text = cap(text)
         md: tuple[tuple[str, str], ...] = ((REASON, err.wire_reason), (REQUEST_ID, rid))

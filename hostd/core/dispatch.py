@@ -99,24 +99,28 @@ class Dispatcher:
             token = self.slots.request(e.tenant, q.pending[d.run[0]].priority, self._cost(model, len(d.run)), now)
             e.asking = token
             self._asking[token] = model
-            self._grant(now, step)
+            self._grant(now, step, (token, d))
 
-    def _grant(self, now: float, step: Step) -> None:
+    def _grant(self, now: float, step: Step, planned: tuple[int, BatchDecision] | None = None) -> None:
+        """Hand out free slots. `planned`: a request made just now with its plan, still valid if granted."""
         granted = []
         for r in self.slots.grant():
-            granted.append(self._asking.pop(r.seq))
+            d = planned[1] if planned is not None and r.seq == planned[0] else None
+            granted.append((self._asking.pop(r.seq), d))
             step.waits.append((r.tenant, now - r.arrival))
-        for model in granted:
-            self._granted(model, now, step)
-        for model in granted:
+        for model, d in granted:
+            self._granted(model, now, step, d)
+        for model, _ in granted:
             self._kick(model, now, step)
 
-    def _granted(self, model: Hashable, now: float, step: Step) -> None:
-        """A slot for the model: form its batch now and start it, or give the slot back."""
+    def _granted(self, model: Hashable, now: float, step: Step, d: BatchDecision | None = None) -> None:
+        """A slot for the model: form its batch now (or take `d`, planned at this instant) and start it, or
+        give the slot back."""
         e = self._models[model]
         e.asking = None
         q = e.queue
-        d = self._plan(model, q, now, step) if (q.pending and q.free > 0) else None
+        if d is None:
+            d = self._plan(model, q, now, step) if (q.pending and q.free > 0) else None
         if d is None or not d.run:
             self.slots.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
             self._grant(now, step)

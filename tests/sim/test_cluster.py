@@ -77,3 +77,27 @@ def test_low_load_matches_cache_only_fast_path():
     assert full.total.loads == fast.total.loads
     assert 0 <= fast.total.hits - full.total.hits <= 5
     assert full.row()["p99_ms"] > full.row()["p50_ms"] > 0
+
+
+def test_host_execution_slots_share_the_device_by_tenant_weight():
+    # one host slot, two tenants flooding 300 requests each at t=2 (both models loaded by then), 10 ms per
+    # batch of one, two executors per model (so each always has a batch waiting for the slot): the slots'
+    # fair share (hostd.sched_policy) splits the device by weight
+    specs = [ModelSpec("gold/m/1", "gold", 10), ModelSpec("plain/m/1", "plain", 10)]
+    times = [0.0, 0.0] + [2.0] * 600
+    models = [0, 1] + [0, 1] * 300
+    wl = Workload(specs, np.array(times), np.array(models, dtype=np.int64))
+    costs = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                      compute_default=ComputeCost(0.010, 0.0))
+
+    def last_done(weights):
+        cfg = ClusterConfig(device_bytes=1000, slots=1, weights=weights, executors_per_model=2,
+                            batch=BatchConfig(max_batch_size=1))
+        r = run_cluster(wl, cfg, costs)
+        return {t: max(s.latencies[1:]) for t, s in r.tenants.items()}
+
+    even = last_done(None)
+    assert even["gold"] == pytest.approx(6.0, abs=0.02) and even["plain"] == pytest.approx(6.0, abs=0.02)
+    weighted = last_done({"gold": 3.0})
+    # gold gets 3 batches for each of plain's: its 300 are done after 400 batches; plain finishes last
+    assert weighted["gold"] == pytest.approx(4.0, abs=0.03) and weighted["plain"] == pytest.approx(6.0, abs=0.02)

@@ -3,7 +3,7 @@ all models and tenants get slots in the fair order of hostd.sched_policy.FairSha
 
 Plan/commit style, no callbacks and no clock: `request(...)` queues a request and returns its token;
 `grant()` hands out free slots and returns the granted requests (the shell starts their batches);
-`release()` frees a slot when a batch finishes. hostd/execution.py (asyncio) and sim/cluster.py drive it.
+`release()` frees a slot when a batch finishes. core/dispatch.py drives it, for hostd and sim/ alike.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def test_a_storm_through_the_router_is_cut_to_its_budget_and_the_calm_tenant_is_
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED/inflight_bytes"}, codes
     assert refused > 0 and codes["OK"] > 0 and hints == refused, codes
     # every calm request succeeds; its latency is the CPU's (client, router and hostd share 2 cores), not asserted
-    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 5, calm_out.errors
+    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
     # MiB. Unbounded, 64 x 8 MB took a router past 2 GB (its pod limit); what is left is the bodies gRPC receives
     # at once before any handler sees them (router.server: max_concurrent_streams bounds that per connection)
     assert mem[0][1] < 1800 and mem[1][1] < 1536, mem
@@ -172,5 +172,5 @@ def test_a_storm_at_a_hostd_directly_is_cut_to_its_budget(storm):
     assert not odd, odd
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED/inflight_bytes"}, codes
     assert codes["RESOURCE_EXHAUSTED/inflight_bytes"] > 0 and codes["OK"] > 0, codes
-    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 5, calm_out.errors
+    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
     assert mem[1][1] < 1536, mem

@@ -1,13 +1,14 @@
 """Eviction orchestration on the device: room for a load (reserve in the core's device cache, then unload
 the models its plan names, or refuse the load) and watermark eviction. The decisions are the core's
-(hostd/core/device.py over hostd/cache/policy.py); this file only carries them out through `unload`."""
+(hostd/core/residency.py and device.py over hostd/cache/policy.py); this file carries them out through
+`unload`."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
 from ground.errors import Unavailable
-from hostd.core.device import DeviceCache
+from hostd.core.residency import Residency
 from hostd.entry import Key, ModelEntry
 from hostd.model_metrics import ModelMetrics
 
@@ -15,9 +16,10 @@ Unload = Callable[[ModelEntry, str], Awaitable[None]]  # (entry, reason)
 
 
 class Evictor:
-    def __init__(self, cache: DeviceCache, entries: Mapping[Key, ModelEntry], unload: Unload,
+    def __init__(self, residency: Residency, entries: Mapping[Key, ModelEntry], unload: Unload,
                  metrics: ModelMetrics, clock: Callable[[], float]) -> None:
-        self.cache = cache
+        self.residency = residency
+        self.cache = residency.cache
         self._entries = entries
         self._unload = unload
         self._metrics = metrics
@@ -36,8 +38,8 @@ class Evictor:
         no_capacity) when nothing can be evicted (everything busy, pinned, or protected by its tenant's share)."""
         m = e.manifest
         estimate = e.last_memory_bytes or m.total_bytes
-        plan = self.cache.reserve(e.key, m.tenant, estimate, self._clock(), pinned=e.pinned)
-        if not plan.ok:
+        plan = self.residency.reserve(e.key, m.tenant, estimate, self._clock())
+        if not plan.ok:  # the model is ABSENT again
             self._metrics.refused(m)
             raise Unavailable(
                 f"no device memory for model {m.model!r} version {m.version!r}: {plan.reason}",

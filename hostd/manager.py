@@ -23,7 +23,8 @@ from hostd.batch_policy import BatchConfig
 from hostd.batcher import ModelRunner, QueueLimits
 from hostd.catalog_view import CatalogView
 from hostd.core.device import DeviceCache
-from hostd.core.lifecycle import Action, Lifecycle, ModelState
+from hostd.core.lifecycle import Action, ModelState
+from hostd.core.residency import Residency
 from hostd.entry import Key, ModelEntry
 from hostd.eviction import Evictor
 from hostd.execution import ExecutionGate
@@ -77,8 +78,10 @@ class ModelManager:
         self.entries: dict[Key, ModelEntry] = {}
         self.device_hits = 0
         self.device_misses = 0
+        self.residency = Residency(cache, settings.failed_backoff_s)
         self._metrics = ModelMetrics(metrics, cache, loader)
-        self.evictor = Evictor(cache, self.entries, lambda e, reason: self.unload(e, reason=reason), self._metrics, clock)
+        self.evictor = Evictor(self.residency, self.entries, lambda e, reason: self.unload(e, reason=reason),
+                               self._metrics, clock)
 
     # ---- catalog -----------------------------------------------------------------------------------
     async def resolve(self, tenant: str, model: str, version: str | None) -> ModelEntry:
@@ -99,9 +102,7 @@ class ModelManager:
             except ModelNotFound:
                 raise NotFound(f"model {model!r} version {v!r} not found") from None
             e = self.entries.setdefault(key, ModelEntry(
-                m.resolved(self.settings.default_max_batch_size),
-                Lifecycle(backoff_base_s=self.settings.failed_backoff_s),
-            ))
+                m.resolved(self.settings.default_max_batch_size), self.residency.life(key)))
         return e
 
     async def versions(self, tenant: str, model: str) -> list[str]:
@@ -114,11 +115,10 @@ class ModelManager:
     async def ready_runner(self, e: ModelEntry, deadline: float = float("inf")) -> ModelRunner:
         while True:
             now = self._clock()
-            action = e.life.want(now)
+            action = self.residency.want(e.key, now)
             if action is Action.SERVE and e.runner is not None:
                 e.last_used = now
                 e.hits += 1
-                self.cache.access(e.key, now)
                 self._metrics.device_lookup(hit=True)
                 self.device_hits += 1
                 return e.runner
@@ -167,14 +167,12 @@ class ModelManager:
             await self.evictor.make_room(e)
             res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
         except Unavailable as err:
-            self.cache.release(e.key)
             if err.reason != "no_capacity":
                 self._failed(e, err)
-                raise
-            e.life.no_room()  # nothing wrong with the model: no room right now, try again later
+            elif e.state is ModelState.LOADING:  # (a refused reservation is ABSENT already)
+                self.residency.no_room(e.key)  # nothing wrong with the model: no room now, try again later
             raise
         except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
-            self.cache.release(e.key)
             self._failed(e, err)
             if isinstance(err, ServingError):
                 raise
@@ -190,7 +188,8 @@ class ModelManager:
 
     def _failed(self, e: ModelEntry, err: Exception) -> None:
         m = e.manifest
-        e.life.failed(err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}", self._clock())
+        error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
+        self.residency.failed(e.key, error, self._clock())  # frees the reservation; FAILED with a backoff
         self._metrics.failed(m)
         log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
 
@@ -234,8 +233,7 @@ class ModelManager:
         e.load_cost_s = (res.timings["deserialize"] + res.timings["warmup"]) if self.loader.ram is not None else sum(res.timings.values())
         e.runner = self._runner(e, res)
         e.last_used = self._clock()
-        e.life.loaded()
-        self.cache.loaded(e.key, e.memory_bytes, e.load_cost_s, e.last_used)
+        self.residency.loaded(e.key, e.memory_bytes, e.load_cost_s, e.last_used)
         self._metrics.loaded(m, res, e.memory_bytes)
         self._update_resident()
         self._metrics.tiers()
@@ -247,8 +245,7 @@ class ModelManager:
         )
 
     def _pin(self, e: ModelEntry, pinned: bool) -> None:
-        e.life.pinned = pinned
-        self.cache.set_pinned(e.key, pinned)
+        self.residency.pin(e.key, pinned)
 
     async def load(self, tenant: str, model: str, version: str | None = None, pin: bool | None = None) -> ModelEntry:
         e = await self.resolve(tenant, model, version)
@@ -269,9 +266,8 @@ class ModelManager:
         if e.state is ModelState.UNLOADING and e.unload_task is not None:
             await asyncio.shield(e.unload_task)
             return
-        if not e.life.begin_unload():  # FAILED forgets its failure; ABSENT or LOADING: nothing to do
+        if not self.residency.begin_unload(e.key):  # FAILED forgets its failure; ABSENT, LOADING: nothing to do
             return
-        self.cache.set_busy(e.key, True)  # on its way out: no other plan picks it
         self._metrics.evicted(reason)
         e.unload_task = asyncio.get_running_loop().create_task(self._unload(e, drain_timeout_s))
         await asyncio.shield(e.unload_task)
@@ -294,8 +290,7 @@ class ModelManager:
             self._metrics.unloaded(e.manifest, bool(e.memory_bytes))
             e.memory_bytes = 0
             e.unload_task = None
-            self.cache.release(e.key)
-            e.life.unloaded()
+            self.residency.unloaded(e.key)
             self._update_resident()
             self._metrics.tiers()
 

@@ -1,9 +1,10 @@
 """The full engine: hosts that each run the host core (hostd/core/) on a virtual clock. Per host: the
-device cache (byte budget, eviction policy, shares), each model's lifecycle (single-flight loads; a load
-with no room is shed) and queue (batches formed by hostd.batch_policy.decide over its executors), and the
-host's execution slots (fair across tenants, hostd.sched_policy), tied by the core's dispatcher. What
-the simulator adds is only the cost model (sim/costs.py: load and batch times, one loader at a time per
-host) and the virtual clock (sim/engine.py). Latency = completion - arrival; shed requests never run.
+device cache (byte budget, eviction policy, shares) and each model's lifecycle (single-flight loads; a
+load with no room is shed), kept together by the core's Residency; each model's queue (batches formed by
+hostd.batch_policy.decide over its executors); and the host's execution slots (fair across tenants,
+hostd.sched_policy), tied to the queues by the core's Dispatcher. What the simulator adds is only the cost
+model (sim/costs.py: load and batch times, one loader at a time per host) and the virtual clock
+(sim/engine.py). Latency = completion - arrival; shed requests never run.
 
 Hooks (adapters for the router's side):
 - admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
@@ -23,6 +24,7 @@ from hostd.cache.policy import Share
 from hostd.core.device import DeviceCache
 from hostd.core.lifecycle import Action, Lifecycle, ModelState
 from hostd.core.queue import ModelQueue
+from hostd.core.residency import Residency
 from hostd.core.dispatch import Cost, Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
 from sim.costs import CostModel
@@ -69,6 +71,7 @@ class SimHost:
     def __init__(self, index: int, cfg: ClusterConfig, cost: Cost) -> None:
         self.index = index
         self.cache = DeviceCache(cfg.device_bytes, cfg.high, cfg.low, cfg.policy, cfg.shares)
+        self.residency = Residency(self.cache)
         weights = dict(cfg.weights or {})
         slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0))
         self.dispatch = Dispatcher(slots, cost)
@@ -149,9 +152,8 @@ class Cluster:
                 return
         host = self.hosts[self.placement(m, now, self)]
         hm = host.models.get(m)
-        if hm is not None and hm.life.want(now) is Action.SERVE:
+        if hm is not None and host.residency.want(m, now) is Action.SERVE:
             st.hits += 1
-            host.cache.access(m, now)
         else:
             st.bytes_missed += size
             if hm is None:
@@ -176,11 +178,12 @@ class Cluster:
 
     def _start_load(self, host: SimHost, m: int, now: float) -> HostedModel | None:
         spec = self.wl.models[m]
-        life = Lifecycle()
-        life.want(now)  # ABSENT -> LOADING: this caller starts the load (single flight)
-        plan = host.cache.reserve(m, spec.tenant, spec.size, now, pinned=m in self._pinned)
-        if not plan.ok:
-            life.no_room()
+        res = host.residency
+        if m in self._pinned:
+            res.pin(m, True)
+        res.want(m, now)  # ABSENT -> LOADING: this caller starts the load (single flight)
+        plan = res.reserve(m, spec.tenant, spec.size, now)
+        if not plan.ok:  # back to ABSENT
             self._shed(spec.tenant, "unavailable")
             return None
         self._evict(host, plan.evict)
@@ -192,26 +195,25 @@ class Cluster:
         st.loads += 1
         st.load_s += done - start
         host.tiers.on_load(m)
-        hm = host.models[m] = HostedModel(life, ModelQueue(self.cfg.batch, self.cfg.executors_per_model, self.cfg.max_queue))
+        hm = host.models[m] = HostedModel(res.life(m), ModelQueue(self.cfg.batch, self.cfg.executors_per_model, self.cfg.max_queue))
         self.loop.schedule(done, self._loaded, host, m)
         return hm
 
     def _evict(self, host: SimHost, keys: tuple) -> None:
         for k in keys:
-            hm = host.models.pop(k)
+            del host.models[k]
             host.dispatch.remove(k)
-            hm.life.begin_unload()
-            hm.life.unloaded()
-            r = host.cache.release(k)
+            host.residency.begin_unload(k)
+            r = host.residency.unloaded(k)
+            assert r is not None
             host.tiers.on_evict(k, r.size)
 
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
         hm = host.models[m]
-        hm.life.loaded()
-        host.dispatch.add(m, hm.queue, self._tenant_of[m])
         size = self.wl.models[m].size
-        host.cache.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
+        host.residency.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
+        host.dispatch.add(m, hm.queue, self._tenant_of[m])
         host.cache.set_busy(m, True)  # until its queue says otherwise (below, in _kick)
         if self.cfg.high < 1.0:  # watermark eviction, best effort
             self._evict(host, host.cache.watermark_plan(now).evict)

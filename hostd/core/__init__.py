@@ -4,6 +4,7 @@ every method that needs the time takes `now`.
 
 - device.py: the device cache (resident models, byte counters, eviction plans)
 - lifecycle.py: one model version's states, single-flight loading, failure backoff
+- residency.py: a host's lifecycles and its device cache, changed together
 - queue.py: one model's pending requests and executors, over hostd.batch_policy.decide
 - slots.py: the host's execution slots, granted fairly over hostd.sched_policy.FairShare
 - dispatch.py: a host's queues and slots together: which batches start now (returns a Step to execute)

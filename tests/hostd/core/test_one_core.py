@@ -28,6 +28,7 @@ from hostd.core.device import DeviceCache
 from hostd.core.dispatch import Dispatcher
 from hostd.core.lifecycle import Lifecycle, ModelState
 from hostd.core.queue import ModelQueue
+from hostd.core.residency import Residency
 from hostd.core.slots import ExecutionSlots
 from hostd.entry import ModelEntry
 from hostd.execution import ExecutionGate
@@ -48,7 +49,8 @@ def test_the_simulator_runs_the_host_core_classes():
     c.run()
     host = c.hosts[0]
     assert type(host.cache) is DeviceCache and type(host.slots) is ExecutionSlots
-    assert type(host.dispatch) is Dispatcher
+    assert type(host.dispatch) is Dispatcher and type(host.residency) is Residency
+    assert all(hm.life is host.residency.life(m) for m, hm in host.models.items())
     assert {type(hm.queue) for hm in host.models.values()} == {ModelQueue}
     assert {type(hm.life) for hm in host.models.values()} == {Lifecycle}
     assert sim.cluster.DeviceCache is hostd.core.device.DeviceCache
@@ -56,10 +58,11 @@ def test_the_simulator_runs_the_host_core_classes():
     assert sim.cluster.ExecutionSlots is hostd.core.slots.ExecutionSlots
     assert sim.cluster.Lifecycle is hostd.core.lifecycle.Lifecycle
     assert sim.cluster.Dispatcher is hostd.core.dispatch.Dispatcher
+    assert sim.cluster.Residency is hostd.manager.Residency
 
 
 def test_hostd_runs_the_same_core_classes():
-    assert hostd.manager.DeviceCache is DeviceCache and hostd.manager.Lifecycle is Lifecycle
+    assert hostd.manager.DeviceCache is DeviceCache and hostd.manager.Residency is Residency
     assert hostd.batcher.ModelQueue is ModelQueue
     assert hostd.execution.ExecutionSlots is ExecutionSlots and hostd.execution.Dispatcher is Dispatcher
     gate = ExecutionGate(2, lambda t: 1.0)
@@ -135,7 +138,7 @@ def host():
 
 def _entry(mgr: ModelManager, model: str, size: int = 100) -> ModelEntry:
     m = _manifest(model, size)
-    e = mgr.entries[m.key()] = ModelEntry(m, Lifecycle(backoff_base_s=1.0))
+    e = mgr.entries[m.key()] = ModelEntry(m, mgr.residency.life(m.key()))
     return e
 
 
@@ -146,6 +149,7 @@ async def _single_flight_two_waiters_one_load(mgr, clock, loader):
     assert (mgr.device_misses, mgr.device_hits) == (1, 2)
     assert type(r1.queue) is ModelQueue and mgr.cache.residents[e.key].size == 100
     assert type(r1._gate.core) is Dispatcher  # no host gate here: the runner's own, the same core class
+    assert e.life is mgr.residency.life(e.key) and type(mgr.residency) is Residency
     await mgr.close()
 
 
@@ -172,13 +176,12 @@ async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):
 async def _no_room_leaves_the_model_absent_and_retry_is_allowed_at_once(mgr, clock, loader):
     big = _entry(mgr, "big", 200)
     await mgr.ready_runner(big)
-    big.life.pinned = True
-    mgr.cache.set_pinned(big.key, True)
+    mgr.residency.pin(big.key, True)
     small = _entry(mgr, "small", 100)
     with pytest.raises(Unavailable) as err:
         await mgr.ready_runner(small)
     assert err.value.reason == "no_capacity" and small.state is ModelState.ABSENT and loader.calls == 1
-    mgr.cache.set_pinned(big.key, False)  # unpinned: the next request evicts big at once, no backoff
+    mgr.residency.pin(big.key, False)  # unpinned: the next request evicts big at once, no backoff
     await mgr.ready_runner(small)
     assert small.state is ModelState.READY and big.state is ModelState.ABSENT and mgr.cache.used == 100
     await mgr.close()

@@ -1,8 +1,9 @@
 """A storm of concurrent 8 MiB requests from one tenant beside another tenant's small requests, through a real
 router and at a hostd directly, with the shipped byte budgets (router 256 MiB, a tenant a quarter; hostd 512 MiB,
 a tenant 32 MiB here): the storm's excess is refused at once with RESOURCE_EXHAUSTED `inflight_bytes` and
-retry-after-ms, nothing else fails, the calm tenant's requests all succeed, and the processes' memory stays far
-from where an unbounded storm took it (2 GB). The peak RSS seen is printed."""
+retry-after-ms, nothing else fails, the calm tenant's requests all succeed, and a hostd behind the router holds a
+fraction of what it held with the budgets off. The peak RSS seen is printed: what a process receives at once
+before any handler runs is not bounded by the budget (see the first test's comment)."""
 
 from __future__ import annotations
 
@@ -160,9 +161,13 @@ def test_a_storm_through_the_router_is_cut_to_its_budget_and_the_calm_tenant_is_
     assert refused > 0 and codes["OK"] > 0 and hints == refused, codes
     # every calm request succeeds; its latency is the CPU's (client, router and hostd share 2 cores), not asserted
     assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
-    # MiB. Unbounded, 64 x 8 MB took a router past 2 GB (its pod limit); what is left is the bodies gRPC receives
-    # at once before any handler sees them (router.server: max_concurrent_streams bounds that per connection)
-    assert mem[0][1] < 1800 and mem[1][1] < 1536, mem
+    # MiB. Behind the router's budget the hostd holds little (330-400 here; 900 with the budgets off). The router's
+    # own peak (1.0-1.9 GiB here, about the same with the budget off) is NOT bounded by the budget: it is the bodies
+    # gRPC receives at once before any handler can refuse them (64 x 8 MiB, a copy or two each).
+    # RouterSettings.max_concurrent_streams=16 bounds that per connection (660 MiB here) at the price of
+    # REFUSED_STREAM (UNAVAILABLE) for a client's calls past it, so it is off by default; printed, not asserted.
+    assert mem[1][1] < 700, mem
+    assert r.proc.poll() is None and storm.hostd.proc.poll() is None
 
 
 def test_a_storm_at_a_hostd_directly_is_cut_to_its_budget(storm):
@@ -173,4 +178,5 @@ def test_a_storm_at_a_hostd_directly_is_cut_to_its_budget(storm):
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED/inflight_bytes"}, codes
     assert codes["RESOURCE_EXHAUSTED/inflight_bytes"] > 0 and codes["OK"] > 0, codes
     assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
-    assert mem[1][1] < 1536, mem
+    # the hostd's peak is receipt, as at the router (printed): routers in front bound what reaches a hostd
+    assert h.proc.poll() is None

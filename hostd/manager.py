@@ -73,7 +73,7 @@ class ModelManager:
         self.gate = gate
         self.tenants = tenants or TenantLimitsView()
         self._clock = clock
-        self.catalog = CatalogView(repo, catalog_ttl_s, clock)
+        self.catalog = CatalogView(repo, catalog_ttl_s, clock, is_resident=self._resident)
         self._rng = rng or random.Random()
         self.entries: dict[Key, ModelEntry] = {}
         self.device_hits = 0
@@ -333,3 +333,10 @@ class ModelManager:
         for e in list(self.entries.values()):
             if e.state in (ModelState.READY, ModelState.LOADING):
                 await self.unload(e, drain_timeout_s=0.0, reason="shutdown")
+        self.catalog.close()
+
+    def _resident(self, tenant: str, model: str) -> bool:
+        """Some version of the model is on the device (or on its way): the catalog view keeps its versions
+        even when a listing comes back empty."""
+        return any(t == tenant and m == model and e.state is not ModelState.ABSENT and e.state is not ModelState.FAILED
+                   for (t, m, _), e in self.entries.items())

@@ -119,3 +119,27 @@ def test_storage_stopped_while_resident_models_keep_serving(cli, demo_files, tmp
             h.stop()
         if srv.proc.poll() is None:
             srv.stop()
+
+
+def test_an_emptied_bucket_never_makes_a_loaded_model_not_found(cli, s3_server, demo_files, tmp_path):
+    """A bucket restarted empty (or a half-restored one) lists no versions: a model resident on the hostd
+    keeps serving through it; a model that is not resident follows storage (NOT_FOUND)."""
+    store = f"s3://{make_bucket(s3_server.endpoint)}/models"
+    for model in ("resident", "cold"):
+        upload(cli, store, model, demo_files / "mlp.onnx")
+    h = HostdProc(store, tmp_path / "hostd", env={"MMHOST_S3_ENDPOINT_URL": s3_server.endpoint})
+    try:
+        x = np.random.default_rng(2).random((2, 64), dtype=np.float32)
+        want = reference(demo_files / "mlp.onnx", x)
+        np.testing.assert_allclose(infer(h, "resident", x), want, rtol=1e-5, atol=1e-5)
+        s3 = S3Storage.from_uri(store, S3Settings(endpoint_url=s3_server.endpoint))
+        for obj in list(s3.list("")):
+            s3.delete(obj.key)
+        deadline = time.monotonic() + 5.0  # past the catalog view's TTL (2 s): refreshes see an empty bucket
+        while time.monotonic() < deadline:
+            np.testing.assert_allclose(infer(h, "resident", x, timeout=10), want, rtol=1e-5, atol=1e-5)
+        with pytest.raises(grpc.RpcError) as ei:
+            infer(h, "cold", x)
+        assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        h.stop()

@@ -268,7 +268,9 @@ def main() -> None:
         hook = RouterPlacement(PlacementConfig(), seed=a.seed)
         cfg = ClusterConfig(hosts=2, device_bytes=budget, policy="lru", high=HIGH, low=LOW,
                             batch=BatchConfig(max_batch_size=32, max_queue_delay=0.0), executors_per_model=1,
-                            host_ram_bytes=2 << 30)
+                            host_ram_bytes=2 << 30,
+                            # hostd's execution slots (its default: one per CPU), on the shared host core
+                            slots=max(1, os.cpu_count() or 1))
         sim = run_cluster(twl, cfg, costs, placement=hook).total
     n = len(recs)
     real_hit = 1 - real_loads / max(n, 1)

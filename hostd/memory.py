@@ -52,6 +52,8 @@ class NvmlProbe(MemoryProbe):
         pynvml.nvmlInit()
         self._h = pynvml.nvmlDeviceGetHandleByIndex(index)
         self.name = f"cuda:{index}"
+        uuid = pynvml.nvmlDeviceGetUUID(self._h)  # the nv_gpu_* label (hostd/triton_metrics.py)
+        self.uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
     def used(self) -> int:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._h).used)

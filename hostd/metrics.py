@@ -1,9 +1,17 @@
 """hostd's Prometheus metrics, on a registry owned by the server (injected, never module-global).
-Names are in the mmhost_ namespace with base units."""
+Names are in the mmhost_ namespace with base units.
+
+Next to them, Triton's own series, so that Triton dashboards, perf_analyzer `--collect-metrics` and Model
+Analyzer find what they look for (hostd/triton_metrics.py): `nv_inference_*` per model version, read from the
+Triton statistics (hostd/stats.py) at scrape time, and `nv_gpu_*` from NVML on a GPU. Also the standard
+`process_*` and `python_*` series (resident memory, open files, CPU, GC) for OOM triage."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ground.metrics_http import register_process_collectors
+from hostd.triton_metrics import GpuCollector, ModelsFn, TritonCollector
 
 _LAT = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 _BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -51,6 +59,18 @@ class HostdMetrics:
             ["tenant"], buckets=_LAT, registry=r,
         )
         self.cache = CacheMetrics(r)
+        self.triton = TritonCollector()
+        self.gpu = GpuCollector()
+        for c in (self.triton, self.gpu):
+            r.register(c)
+        register_process_collectors(r)
+
+    def watch(self, models: ModelsFn, probe=None) -> None:
+        """Serve Triton's series from these model entries (read at scrape time: no per-request cost) and,
+        when `probe` is NVML, the GPU's."""
+        self.triton.models = models
+        self.gpu.probe = probe
+
 
 
 class CacheMetrics:

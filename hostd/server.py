@@ -15,7 +15,8 @@ import psutil
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
+
+from ground.metrics_http import serve_metrics
 
 from hostd.core.device import DeviceCache
 from hostd.cache.policy import Share
@@ -158,8 +159,9 @@ class Hostd:
         self.port = self.server.add_insecure_port(s.listen)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
+        self.metrics.watch(lambda: list(self.manager.entries.items()), self.probe)  # Triton's nv_* series
         if s.metrics_port:
-            start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
+            serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)  # /metrics only; daemon thread
         # Not ready until preloading (if any) is done: the health servicer answers SERVING for "" by default.
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -1,8 +1,11 @@
-"""The router's Prometheus metrics, in their own registry (injected, never module-global)."""
+"""The router's Prometheus metrics, in their own registry (injected, never module-global), with the standard
+process_* and python_* series."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ground.metrics_http import register_process_collectors
 
 
 class RouterMetrics:
@@ -30,3 +33,4 @@ class RouterMetrics:
                                        registry=r)
         self.view_refresh_errors = Counter("mmhost_router_view_refresh_errors_total",
                                            "Failed refreshes of the host view or tenants", ["what"], registry=r)
+        register_process_collectors(r)

@@ -13,9 +13,9 @@ import time
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from ground.interceptors import ErrorInterceptor
+from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
 from ground.settings import S3Settings
 from protos import grpc_service_pb2
@@ -98,6 +98,7 @@ class Router:
         self.port: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._tenants_seen: object = None
+        self.metrics_http: MetricsServer | None = None
 
     # -- background refreshes -----------------------------------------------------------------------
 
@@ -173,13 +174,17 @@ class Router:
             self._tasks.append(asyncio.get_running_loop().create_task(self._every(what, fn)))
         self._tasks.append(asyncio.get_running_loop().create_task(self._flush_access_log()))
         if s.metrics_port:
-            start_http_server(s.metrics_port, addr=s.metrics_host, registry=self.metrics.registry)
+            self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
-        log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s))", s.listen.rsplit(":", 1)[0] + f":{self.port}",
-                 mode, len(self.cluster.eligible()), len(self.keys))
+        # the resolved settings, once: what an operator checks first
+        log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s); store %s; inflight_bytes %s, tenant %s; "
+                 "max_attempts %d; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
+                 len(self.cluster.eligible()), len(self.keys), s.store or "-", s.inflight_bytes,
+                 s.tenant_inflight_bytes or "1/4 of it", s.max_attempts,
+                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
@@ -192,6 +197,8 @@ class Router:
         if self._aredis is not None:
             await self._aredis.aclose()
         self.access_log.close()
+        if self.metrics_http is not None:
+            self.metrics_http.close()
         log.info("router stopped")
 
     async def run_forever(self) -> None:

@@ -140,6 +140,10 @@ class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MMHOST_ROUTER_", populate_by_name=True)
 
     listen: str = Field("127.0.0.1:8000", description="gRPC address tenants call (v2 + Triton extensions)")
+    rest_listen: str = Field(
+        "", description="also serve KServe v2 REST (HTTP/JSON + Triton's binary tensor extension) on this address, "
+        "e.g. 127.0.0.1:8080, over the same handlers as gRPC (router/rest.py); '' or a port of 0 = off",
+    )
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus port; 0 turns it off")
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
     health_port: int = Field(

@@ -26,6 +26,7 @@ from hostd.execution import ExecutionGate
 from hostd import tenants as tenant_limits
 from ground.settings import HeartbeatSettings
 from hostd.heartbeat import Heartbeat
+from ground import tls
 from ground.interceptors import ErrorInterceptor
 from hostd.loader import Loader
 from hostd.manager import ModelManager
@@ -102,6 +103,7 @@ class Hostd:
         self.server: aio.Server | None = None
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self.port: int | None = None
+        self.health_server: aio.Server | None = None  # health_port: plaintext health alone, for kubelet probes
         self.heartbeat = Heartbeat(self.status, heartbeat) if heartbeat is not None and heartbeat.redis_url else None
 
     def status(self):
@@ -134,6 +136,10 @@ class Hostd:
 
     async def start(self) -> None:
         s = self.settings
+        try:  # before anything slow: no certificates and no plaintext=true, or unusable files, and it stops here
+            creds = tls.hostd_credentials(s)
+        except (OSError, ValueError) as e:  # TLSConfigError is a ValueError
+            raise SystemExit(f"hostd: {e} (settings tls_cert, tls_key, tls_client_ca, plaintext; env MMHOST_HOSTD_*)") from None
         # ONNX Runtime's one-time start-up (thread pools, arenas) now, not inside the first cold load.
         # torch is primed on its first model only: hostd stays small until a torch model is asked for.
         await asyncio.get_running_loop().run_in_executor(
@@ -141,11 +147,12 @@ class Hostd:
         )
         limit = s.max_request_bytes + (1 << 20)
         self.server = aio.server(
-            interceptors=[ErrorInterceptor()],
+            # the router-certificate check first: nothing reads mmhost-tenant before it passed
+            interceptors=[*tls.hostd_interceptors(s), ErrorInterceptor()],
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
                      ("grpc.so_reuseport", 0)],
         )
-        self.servicer = InferenceServicer(self.manager, self.metrics, s.default_tenant)
+        self.servicer = InferenceServicer(self.manager, self.metrics, s.default_tenant if s.dev_mode else None)
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         hostd_control_pb2_grpc.add_HostdControlServicer_to_server(ControlServicer(self.status), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -156,7 +163,7 @@ class Hostd:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(s.listen)
+        self.port = tls.add_port(self.server, s.listen, creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
         self.metrics.watch(lambda: list(self.manager.entries.items()), self.probe)  # Triton's nv_* series
@@ -165,6 +172,9 @@ class Hostd:
         # Not ready until preloading (if any) is done: the health servicer answers SERVING for "" by default.
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if s.health_port:
+            self.health_server, _ = tls.health_only_server(self.health, s.listen.rsplit(":", 1)[0], s.health_port)
+            await self.health_server.start()
         await self.server.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._pressure_loop()))
         if self.tenant_source is not None:
@@ -203,6 +213,8 @@ class Hostd:
         await asyncio.sleep(self.settings.drain_linger_s)
         assert self.server is not None
         await self.server.stop(0.5)
+        if self.health_server is not None:
+            await self.health_server.stop(0.5)
         for t in self._tasks:
             t.cancel()
         if isinstance(self.tenant_source, tenant_limits.RedisLimits):

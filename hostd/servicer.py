@@ -8,8 +8,10 @@ Request bodies reach these handlers already decoded, but not by grpc: the ErrorI
 RPC is INVALID_ARGUMENT with `mmhost-reason`, never grpc's UNKNOWN (which a router reads as a failed transport
 and would mark this host down for). Registration stays the generated `add_GRPCInferenceServiceServicer_to_server`.
 
-Tenancy: a router sets the `mmhost-tenant` metadata on what it forwards. A call without it (a direct
-call on a hostd's internal port) acts as the configured default tenant.
+Tenancy: a router sets the `mmhost-tenant` metadata on what it forwards (with mutual TLS on, only a caller
+with the router's certificate gets this far: ground.tls.PeerCheckInterceptor). A call without it is refused
+(UNAUTHENTICATED, "no tenant"), except in dev mode (HostdSettings.dev_mode), where it acts as the configured
+default tenant.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 from grpc import aio
 
 from ground import __version__
+from ground.errors import Unauthenticated
 from ground.wire import EXTENSIONS, TENANT_HEADER
 from hostd.dataplane import DataPlane
 from hostd.metrics import HostdMetrics
@@ -32,10 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["InferenceServicer", "model_config", "tenant_of", "TENANT_HEADER"]
 
 
-def tenant_of(context: aio.ServicerContext, default: str) -> str:
+def tenant_of(context: aio.ServicerContext, default: str | None) -> str:
+    """The call's `mmhost-tenant`; without it `default` (dev mode), or UNAUTHENTICATED when there is none."""
     for k, v in context.invocation_metadata() or ():
         if k == TENANT_HEADER:
             return v
+    if default is None:
+        raise Unauthenticated(f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)")
     return default
 
 
@@ -51,7 +57,7 @@ def _tensor_metadata(specs) -> list[pb.ModelMetadataResponse.TensorMetadata]:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, manager: ModelManager, metrics: HostdMetrics, default_tenant: str,
+    def __init__(self, manager: ModelManager, metrics: HostdMetrics, default_tenant: str | None,
                  plane: DataPlane | None = None) -> None:
         self.plane = plane or DataPlane(manager, metrics)
         self.default_tenant = default_tenant

@@ -12,13 +12,17 @@ class HostdProc(ServerProc):
     role = "hostd"
 
     def __init__(self, store: str, workdir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None,
-                 tenant: str = "demo") -> None:
+                 tenant: str = "demo", **kw) -> None:
+        """`kw`: ServerProc's channel_credentials, health_port and more channel_options (a hostd with TLS)."""
         self.alloc_ports()
         cmd = ["--listen", self.addr, "--store", store, "--metrics-port", str(self.metrics_port),
                "--cache-dir", str(workdir / f"cache-{self.port}"), "--ort-threads", "1", "--default-tenant", tenant,
                *(args or [])]
-        super().__init__(workdir, cmd, {"MMHOST_HOSTD_TORCH_THREADS": "1", **(env or {})},
-                         [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)])
+        # plaintext and dev mode (direct calls without mmhost-tenant act as `tenant`) unless `env` says otherwise
+        super().__init__(workdir, cmd, {"MMHOST_HOSTD_TORCH_THREADS": "1", "MMHOST_HOSTD_PLAINTEXT": "true",
+                                        "MMHOST_HOSTD_DEV_MODE": "true", **(env or {})},
+                         [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20),
+                          *kw.pop("channel_options", ())], **kw)
         self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.control = hostd_control_pb2_grpc.HostdControlStub(self.channel)
 

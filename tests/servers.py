@@ -82,7 +82,9 @@ class ServerProc:
     stop_timeout_s = 30.0
 
     def __init__(self, workdir: Path, cmd_args: list[str], env: dict[str, str] | None = None,
-                 channel_options: list | None = None) -> None:
+                 channel_options: list | None = None, channel_credentials=None, health_port: int = 0) -> None:
+        """A TLS server: `channel_credentials` for `self.channel`, and `health_port` (its plaintext health
+        service, which readiness is polled on)."""
         import grpc
 
         workdir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,9 @@ class ServerProc:
             [sys.executable, "-m", "mmhost.cli", self.role, *cmd_args], cwd=REPO, stdout=self._log,
             stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
         )
-        self.channel = grpc.insecure_channel(self.addr, options=channel_options or [])
+        self.health_addr = f"127.0.0.1:{health_port}" if health_port else self.addr
+        self.channel = (grpc.secure_channel(self.addr, channel_credentials, options=channel_options or [])
+                        if channel_credentials is not None else grpc.insecure_channel(self.addr, options=channel_options or []))
         self.wait_serving()
 
     def alloc_ports(self) -> None:
@@ -103,7 +107,7 @@ class ServerProc:
     def wait_serving(self, timeout: float | None = None) -> None:
         from ground.serving import wait_serving
 
-        wait_serving(self.addr, self.proc, self.role, self.log, timeout or self.ready_timeout_s)
+        wait_serving(self.health_addr, self.proc, self.role, self.log, timeout or self.ready_timeout_s)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]

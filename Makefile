@@ -41,5 +41,5 @@ protos: setup
 bench: setup
 	$(PY) bench/batching.py
 
-clean:
-	rm -rf $(VENV) .mmhost-cache demo_store
+clean:  # the venv and every file `make demo` makes (store, tenants file, logs, caches, lock)
+	rm -rf $(VENV) .mmhost-cache .mmhost-demo demo_store

@@ -64,7 +64,10 @@ class MetricsServer:
 
 def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> MetricsServer:
     """Start serving `registry` on http://host:port/metrics (port 0 = any free port, see `.port`)."""
-    server = _Server((host, port), _handler(registry))
+    try:
+        server = _Server((host, port), _handler(registry))
+    except OSError as e:  # name the address: "[Errno 98] Address already in use: 'metrics 127.0.0.1:9101'"
+        raise OSError(e.errno, e.strerror, f"metrics {host}:{port}") from None
     thread = threading.Thread(target=server.serve_forever, name=f"metrics-http-{port}", daemon=True)
     thread.start()
     return MetricsServer(server, thread)

@@ -37,7 +37,7 @@ class S3Settings(BaseSettings):
 class HostdSettings(BaseSettings):
     """One host daemon (one per GPU)."""
 
-    model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_")
+    model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_", populate_by_name=True)
 
     listen: str = Field(
         "127.0.0.1:8101", description="gRPC address (v2 + Triton extensions); not Triton's 8001, so a Triton "
@@ -45,7 +45,10 @@ class HostdSettings(BaseSettings):
     )
     metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus port; 0 turns it off")
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
-    store: str = Field("./model_store", description="model store: a folder, file:// or s3://bucket/prefix")
+    store: str = Field(
+        "./model_store", validation_alias=AliasChoices("MMHOST_HOSTD_STORE", "MMHOST_STORE"),
+        description="model store: a folder, file:// or s3://bucket/prefix (MMHOST_STORE, shared, when unset)",
+    )
     health_port: int = Field(
         0, ge=0, le=65535, description="also serve the gRPC health service alone, in plaintext, on this port (same "
         "host as listen) for kubelet probes, which cannot speak TLS; 0 = off (health on the main port only)",
@@ -127,7 +130,7 @@ class HeartbeatSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MMHOST_HOSTD_HEARTBEAT_", populate_by_name=True)
 
     redis_url: str | None = Field(
-        None, validation_alias=AliasChoices("redis_url", "MMHOST_REDIS_URL"),
+        None, validation_alias=AliasChoices("MMHOST_REDIS_URL", "MMHOST_HOSTD_HEARTBEAT_REDIS_URL"),  # 2nd: old name
         description="publish heartbeats here; unset = no heartbeats (routers poll static hosts)",
     )
     prefix: str = Field(HEARTBEAT_PREFIX, description="Redis key prefix")
@@ -177,12 +180,15 @@ class RouterSettings(BaseSettings):
         "(hostds are dialled by pod IP); ground.tls.HOSTD_TLS_NAME",
     )
     redis_url: str | None = Field(
-        None, validation_alias=AliasChoices("redis_url", "MMHOST_REDIS_URL", "MMHOST_ROUTER_REDIS_URL"),
+        None, validation_alias=AliasChoices("MMHOST_REDIS_URL", "MMHOST_ROUTER_REDIS_URL"),  # 2nd: old name
         description="Redis mode: hosts from heartbeats, tenants from the Redis registry",
     )
     hosts: list[str] = Field(default_factory=list, description="embedded mode: static hostd addresses, polled")
     tenants_file: Path | None = Field(None, description="embedded mode: tenants file (key hashes)")
-    store: str | None = Field(None, description="model store for the catalog; unset = hosts answer NOT_FOUND")
+    store: str | None = Field(
+        None, validation_alias=AliasChoices("MMHOST_ROUTER_STORE", "MMHOST_STORE"),
+        description="model store for the catalog (MMHOST_STORE, shared, when unset); unset = hosts answer NOT_FOUND",
+    )
     catalog_prefix: str = Field("mmhost:catalog:", description="Redis key prefix of the catalog index")
     tenants_prefix: str = Field("mmhost:tenants:", description="Redis key prefix of the tenant registry")
     heartbeat_prefix: str = Field("mmhost:hosts:", description="Redis key prefix of hostd heartbeats")

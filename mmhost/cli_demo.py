@@ -27,6 +27,38 @@ def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
         raise SystemExit(str(e)) from None
 
 
+def taken_ports(listen: str, hostd_ports: list[int], metrics_port: int) -> list[str]:
+    """The demo's addresses something already listens on (another `mmhost demo`, most likely)."""
+    import socket
+
+    host, port = listen.rsplit(":", 1)
+    wanted = [(host, int(port), "--listen")]
+    wanted += [("127.0.0.1", p, "--hostd-ports") for p in hostd_ports]
+    wanted += [("127.0.0.1", metrics_port + i, "--metrics-port") for i in range(len(hostd_ports) + 1)]
+    taken = []
+    for h, p, flag in wanted:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((h, p))
+            except OSError:
+                taken.append(f"{h}:{p} ({flag})")
+    return taken
+
+
+def _lock(workdir: Path):
+    """Held while the demo runs: a second demo on the same workdir must not rotate the first one's key."""
+    import fcntl
+
+    f = open(workdir / "demo.lock", "w")  # noqa: SIM115 - held for the demo's life
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
+
+
 def _stop_all(procs) -> None:
     import signal
     import subprocess
@@ -52,6 +84,7 @@ def register(app: typer.Typer) -> None:
         workdir: Path = typer.Option(Path(".mmhost-demo"), help="tenants file, hostd logs and caches"),
     ) -> None:
         """Build the demo models and serve them: one router, two hostds, a demo tenant with a fresh key."""
+        import os
         import subprocess
         import sys
 
@@ -64,11 +97,23 @@ def register(app: typer.Typer) -> None:
         from router.tenants import FileTenants
 
         console = Console()
+        ports = [int(p) for p in hostd_ports.split(",")]
+        # before anything is built, created or rotated: a running demo keeps its key and its ports
+        taken = taken_ports(listen, ports, metrics_port)
+        if taken:
+            typer.echo(f"error: demo ports in use: {', '.join(taken)}; is another `mmhost demo` running? Stop it, "
+                       "or pass other ports", err=True)
+            raise typer.Exit(1)
+        workdir.mkdir(parents=True, exist_ok=True)
+        lock = _lock(workdir)
+        if lock is None:
+            typer.echo(f"error: another `mmhost demo` runs with {workdir} (its key stays as it is); stop it, or "
+                       "pass --workdir", err=True)
+            raise typer.Exit(1)
         setup_logging("INFO")
         with console.status("building demo models"):
             manifests = seed_store(store)
         console.print(f"[bold]demo store[/] {store.resolve()}: " + ", ".join(f"{m.model} v{m.version}" for m in manifests))
-        workdir.mkdir(parents=True, exist_ok=True)
         store, workdir = store.resolve(), workdir.resolve()
         repo_root = Path(__file__).resolve().parent.parent  # children run `python -m mmhost.cli` from here
         tenants = FileTenants(workdir / "tenants.json")
@@ -76,7 +121,7 @@ def register(app: typer.Typer) -> None:
 
         hosts, procs = [], []
         try:
-            for i, port in enumerate(int(p) for p in hostd_ports.split(",")):
+            for i, port in enumerate(ports):
                 addr = f"127.0.0.1:{port}"
                 log = open(workdir / f"hostd-{port}.log", "ab")  # noqa: SIM115 - lives as long as the child
                 procs.append(subprocess.Popen(
@@ -84,6 +129,8 @@ def register(app: typer.Typer) -> None:
                      "--metrics-port", str(metrics_port + 1 + i), "--cache-dir", str(workdir / f"cache-{port}"),
                      "--default-tenant", "demo"],
                     stdout=log, stderr=subprocess.STDOUT, cwd=repo_root,
+                    # the demo may: no certificates, and direct calls without mmhost-tenant act as "demo"
+                    env={**os.environ, "MMHOST_HOSTD_PLAINTEXT": "true", "MMHOST_HOSTD_DEV_MODE": "true"},
                 ))
                 hosts.append(addr)
             with console.status("starting two hostds"):
@@ -98,6 +145,7 @@ def register(app: typer.Typer) -> None:
             console.print(CLIENT_SNIPPET.format(py=sys.executable, addr=listen, key=key), markup=False,
                           highlight=False, soft_wrap=True)
             serve(RouterSettings(listen=listen, hosts=hosts, tenants_file=workdir / "tenants.json", store=str(store),
-                                 metrics_port=metrics_port, refresh_interval_s=0.5))
+                                 metrics_port=metrics_port, refresh_interval_s=0.5, plaintext=True))
         finally:
             _stop_all(procs)
+            lock.close()

@@ -1,41 +1,68 @@
-"""`mmhost hostd`: run one host daemon."""
+"""`mmhost hostd`: run one host daemon. Every flag is a HostdSettings (or HeartbeatSettings) field; unset
+flags leave the field to its environment variable or default, both shown in `--help`."""
 
+# setting_option() returns a typer.Option, as typer.Option(...) does (an immutable call in ruff's config)
+# ruff: noqa: B008
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
 
+from ground.settings import HeartbeatSettings, HostdSettings
+from mmhost.cli_errors import setting_option
+
+H, HB = HostdSettings, HeartbeatSettings
+# byte-size fields, checked before anything starts (a fraction is taken of this stand-in total)
+SIZES = ("device_memory", "ram_cache_bytes", "disk_cache_bytes", "inflight_bytes", "tenant_inflight_bytes",
+         "memory_limit")
+
+
+def check_sizes(settings: HostdSettings) -> None:
+    from ground.units import parse_bytes
+    from mmhost.cli_errors import SettingError
+
+    for field in SIZES:
+        value = getattr(settings, field)
+        if value in ("", None):
+            continue
+        try:
+            parse_bytes(value, None if field in ("disk_cache_bytes", "memory_limit") else 1 << 40)
+        except ValueError as e:
+            raise SettingError("HostdSettings", field, value, str(e)) from None
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def hostd(
-        listen: str = typer.Option(None, help="gRPC address HOST:PORT [env MMHOST_HOSTD_LISTEN]"),
-        store: str = typer.Option(None, help="model store: folder, file:// or s3://bucket/prefix [MMHOST_HOSTD_STORE]"),
-        metrics_port: int = typer.Option(None, help="Prometheus port, 0 = off [MMHOST_HOSTD_METRICS_PORT]"),
-        default_tenant: str = typer.Option(None, help="tenant for calls without mmhost-tenant metadata"),
-        preload: bool = typer.Option(None, "--preload/--lazy", help="load every model at start, or on first request"),
-        device: str = typer.Option(None, help="auto, cpu or cuda"),
-        cache_dir: Path = typer.Option(None, help="local disk tier for model files"),
-        ort_threads: int = typer.Option(None, help="ONNX Runtime intra-op threads (0 = default)"),
-        device_memory: str = typer.Option(None, help="device budget: bytes (8GiB) or fraction of the device (0.8)"),
-        high_watermark: float = typer.Option(None, help="evict when measured use passes this fraction of the budget"),
-        low_watermark: float = typer.Option(None, help="...down to this fraction"),
-        eviction_policy: str = typer.Option(None, help="lru (default) or gdsf (cost-aware)"),
-        ram_cache: str = typer.Option(None, help="host RAM tier for model bytes (e.g. 2GiB; 0 = off)"),
-        disk_cache: str = typer.Option(None, help="local disk tier bound (e.g. 20GiB)"),
-        tenant_shares: str = typer.Option(None, help='JSON {"tenant": {"guaranteed": "25%", "maximum": "60%"}}'),
-        tenant_limits: str = typer.Option(None, help="embedded mode: tenant limits file, e.g. the routers' tenants "
-                                          "file (re-read when it changes) [MMHOST_HOSTD_TENANT_LIMITS]"),
-        redis: str = typer.Option(None, "--redis", help="heartbeat to this Redis (routers discover the host) [MMHOST_REDIS_URL]"),
-        advertise: str = typer.Option(None, help="address routers call, when it differs from --listen"),
+        listen: str = setting_option(H, "listen", help="gRPC address HOST:PORT"),
+        store: str = setting_option(H, "store", help="model store: folder, file:// or s3://bucket/prefix "
+                                    "(MMHOST_STORE is read too)"),
+        metrics_port: int = setting_option(H, "metrics_port", help="Prometheus port (/metrics), 0 = off"),
+        default_tenant: str = setting_option(H, "default_tenant"),
+        preload: bool = setting_option(H, "preload", "--preload/--lazy",
+                                       help="load every model at start, or on first request"),
+        device: str = setting_option(H, "device", help="auto, cpu or cuda"),
+        cache_dir: Path = setting_option(H, "cache_dir"),
+        ort_threads: int = setting_option(H, "ort_intra_op_threads", "--ort-threads"),
+        device_memory: str = setting_option(H, "device_memory", help="device budget: bytes with a unit (8GiB) or a "
+                                            "fraction of the device (0.8, 80%, 100%); a bare 1 is refused"),
+        high_watermark: float = setting_option(H, "high_watermark"),
+        low_watermark: float = setting_option(H, "low_watermark"),
+        eviction_policy: str = setting_option(H, "eviction_policy"),
+        ram_cache: str = setting_option(H, "ram_cache_bytes", "--ram-cache"),
+        disk_cache: str = setting_option(H, "disk_cache_bytes", "--disk-cache"),
+        tenant_shares: str = setting_option(H, "tenant_shares"),
+        tenant_limits: str = setting_option(H, "tenant_limits"),
+        redis: str = setting_option(HB, "redis_url", "--redis", help="heartbeat to this Redis (routers discover "
+                                    "the host)"),
+        advertise: str = setting_option(HB, "advertise"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve models from a store over the v2 / Triton gRPC protocol."""
-        from ground.settings import HeartbeatSettings
+        from ground.settings import S3Settings
         from hostd.server import serve
         from mmhost.cli import setup_logging
-        from ground.settings import HostdSettings, S3Settings
 
         setup_logging(log_level)
         overrides = {
@@ -46,5 +73,6 @@ def register(app: typer.Typer) -> None:
             "tenant_shares": tenant_shares, "tenant_limits": tenant_limits,
         }
         settings = HostdSettings(**{k: v for k, v in overrides.items() if v is not None})
+        check_sizes(settings)
         hb = HeartbeatSettings(**{k: v for k, v in {"redis_url": redis, "advertise": advertise}.items() if v is not None})
         serve(settings, S3Settings(), hb)

@@ -6,6 +6,8 @@ model store first (tenants/<tenant>/tenant.json, the source of truth), then inde
 `tenant rebuild` restores the index from the store after a Redis loss. Redis without a store works but is
 not durable (the commands warn). --tenants FILE is the embedded mode's registry."""
 
+# setting_option() returns a typer.Option, as typer.Option(...) does (an immutable call in ruff's config)
+# ruff: noqa: B008
 from __future__ import annotations
 
 import json
@@ -98,21 +100,29 @@ def _failing():
     try:
         yield
     except (TenantError, StorageError, RedisError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
+        from mmhost.cli_errors import debug, explain
+
+        if debug():  # MMHOST_DEBUG=1: the traceback
+            raise
+        typer.echo(f"error: {explain(e, 'tenant') or e}", err=True)
         raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer) -> None:
+    from ground.settings import RouterSettings as R
+    from mmhost.cli_errors import setting_option
+
     @app.command()
     def router(
-        listen: str = typer.Option(None, help="gRPC address tenants call [MMHOST_ROUTER_LISTEN]"),
-        redis: str = typer.Option(None, "--redis", help="Redis mode: hosts, tenants and catalog index [MMHOST_REDIS_URL]"),
-        hosts: str = typer.Option(None, help="embedded mode: hostd addresses ADDR,ADDR (polled)"),
-        tenants: Path = typer.Option(None, help=FILE_HELP),
-        store: str = typer.Option(None, help="model store for the catalog (folder, file:// or s3://)"),
-        metrics_port: int = typer.Option(None, help="Prometheus port, 0 = off [MMHOST_ROUTER_METRICS_PORT]"),
-        access_log: str = typer.Option(None, help="access log file (JSON lines), '-' for stdout"),
-        refresh_interval: float = typer.Option(None, help="seconds between refreshes of the host view and tenants"),
+        listen: str = setting_option(R, "listen"),
+        redis: str = setting_option(R, "redis_url", "--redis", help="Redis mode: hosts, tenants and catalog index"),
+        hosts: str = setting_option(R, "hosts", help="embedded mode: hostd addresses ADDR,ADDR (polled)"),
+        tenants: Path = setting_option(R, "tenants_file", "--tenants"),
+        store: str = setting_option(R, "store", help="model store for the catalog (folder, file:// or s3://; "
+                                    "MMHOST_STORE is read too)"),
+        metrics_port: int = setting_option(R, "metrics_port", help="Prometheus port (/metrics), 0 = off"),
+        access_log: str = setting_option(R, "access_log"),
+        refresh_interval: float = setting_option(R, "refresh_interval_s", "--refresh-interval"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""

@@ -16,7 +16,8 @@ catalog_app = typer.Typer(no_args_is_help=True, help="What is stored: list, rebu
 
 STORE = typer.Option(..., "--store", envvar="MMHOST_STORE", help="model store: a folder, file:// or s3://bucket/prefix")
 S3_ENDPOINT = typer.Option(None, "--s3-endpoint", help="S3-compatible endpoint URL (overrides MMHOST_S3_ENDPOINT_URL)")
-REDIS_PREFIX = typer.Option("mmhost:catalog:", "--redis-prefix", envvar="MMHOST_CATALOG_PREFIX", help="Redis key prefix")
+REDIS_PREFIX = typer.Option("mmhost:catalog:", "--redis-prefix", help="Redis key prefix of the catalog index",
+                            envvar=["MMHOST_ROUTER_CATALOG_PREFIX", "MMHOST_CATALOG_PREFIX"])  # 2nd: old name
 
 
 def _fail(console: Console, msg: str) -> typer.Exit:
@@ -31,6 +32,15 @@ def _repo(store: str, s3_endpoint: str | None):
 
     s3 = S3Settings(endpoint_url=s3_endpoint) if s3_endpoint else S3Settings()
     return ModelRepository(open_storage(store, s3))
+
+
+def _check_local(repo) -> None:
+    """A local store that is not there is a mistake (a typo, the wrong folder), not an empty store."""
+    root = getattr(repo.storage, "root", None)
+    if root is not None and not root.is_dir():
+        from storage_adapters.base import StorageError
+
+        raise StorageError(f"local store {root}: no such folder")
 
 
 def _redis_catalog(repo, url: str, prefix: str):
@@ -134,6 +144,7 @@ def list_cmd(
     out, err = Console(), Console(stderr=True)
     try:
         repo = _repo(store, s3_endpoint)
+        _check_local(repo)
         cat = _redis_catalog(repo, redis_url, redis_prefix) if redis_url else StorageCatalog(repo)
         table = Table(title=f"models in {repo.description}" + (f" (index {cat.location})" if redis_url else ""))
         for col in ("tenant", "model", "versions", "policy", "latest format", "bytes", "uploaded"):
@@ -179,6 +190,7 @@ def rebuild_cmd(
     err = Console(stderr=True)
     try:
         repo = _repo(store, s3_endpoint)
+        _check_local(repo)  # rebuilding from a folder that is not there would empty the index
         cat = _redis_catalog(repo, redis_url, redis_prefix)
         with err.status("rebuilding the catalog index") as status:
             report = cat.rebuild(lambda m: status.update(f"indexed {m.tenant}/{m.model} version {m.version}"))

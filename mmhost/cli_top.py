@@ -81,11 +81,17 @@ def register(app: typer.Typer) -> None:
             addrs = [h.strip() for h in hosts.split(",") if h.strip()]
             read, source = poll_source(addrs, timeout), f"{len(addrs)} polled host(s)"
 
+        failed: list[str] = []  # why the last read failed (empty: it did not)
+
         def snap() -> Snapshot:
+            failed.clear()
             try:
                 hosts_now = read()
             except Exception as e:  # noqa: BLE001 - show the error, keep going
+                failed.append(f"{source}: read failed: {e} (flag --redis or env MMHOST_REDIS_URL)")
                 return Snapshot(time.monotonic(), {}, f"{source}: read failed: {e}")
+            if hosts and hosts_now and all(v is None for v in hosts_now.values()):
+                failed.append(f"{source}: no host answered (flag --hosts)")
             return Snapshot(time.monotonic(), hosts_now, source)
 
         console = Console(width=width)
@@ -93,6 +99,9 @@ def register(app: typer.Typer) -> None:
             console = Console(width=200)
         cur = snap()
         if once:
+            if failed:  # a snapshot of nothing is not a success: one line, exit 1
+                typer.echo(f"error: {failed[0]}", err=True)
+                raise typer.Exit(1)
             console.print(render(cur, None, model_limit=models))
             return
         prev = None

@@ -72,7 +72,8 @@ def exported() -> dict[str, set[str]]:
     from router.metrics import RouterMetrics
 
     suffixes = {"counter": ["_total", "_created"], "histogram": ["_bucket", "_sum", "_count", "_created"],
-                "summary": ["", "_sum", "_count", "_created"], "gauge": [""], "info": ["_info"]}
+                "summary": ["", "_sum", "_count", "_created"], "gauge": [""], "info": ["_info"],
+                "unknown": [""]}  # Triton's nv_inference_* (hostd/triton_metrics.py): exact names, untyped
     names: dict[str, set[str]] = {}
     for holder in (HostdMetrics(), RouterMetrics()):
         labels = {m._name: set(m._labelnames) for m in _metric_objects(holder)}

@@ -30,6 +30,7 @@ from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.placement_policy import placement_config
+from router.rest import RestServer, rest_enabled
 from router.servicer import RouterServicer
 from ground.settings import RouterSettings
 from router.tenants import FileTenants, RedisTenants, TenantFeed, TenantRegistry
@@ -96,6 +97,7 @@ class Router:
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None
+        self.rest: RestServer | None = None  # KServe v2 REST (rest_listen), over the same servicer
         self._tasks: list[asyncio.Task] = []
         self._tenants_seen: object = None
         self.metrics_http: MetricsServer | None = None
@@ -176,6 +178,9 @@ class Router:
         if s.metrics_port:
             self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
         await self.server.start()
+        if rest_enabled(s.rest_listen):  # aiohttp on this loop: no thread or loop of its own
+            self.rest = RestServer(self.servicer, s)
+            await self.rest.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
@@ -188,6 +193,8 @@ class Router:
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.rest is not None:
+            await self.rest.stop()
         for t in self._tasks:
             t.cancel()
         if self.server is not None:

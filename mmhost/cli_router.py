@@ -115,6 +115,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def router(
         listen: str = setting_option(R, "listen"),
+        rest_listen: str = setting_option(R, "rest_listen", help="also serve KServe v2 REST (HTTP/JSON) on this "
+                                          "address, e.g. 127.0.0.1:8080; '' = off"),
         redis: str = setting_option(R, "redis_url", "--redis", help="Redis mode: hosts, tenants and catalog index"),
         hosts: str = setting_option(R, "hosts", help="embedded mode: hostd addresses ADDR,ADDR (polled)"),
         tenants: Path = setting_option(R, "tenants_file", "--tenants"),
@@ -133,7 +135,7 @@ def register(app: typer.Typer) -> None:
 
         setup_logging(log_level)
         overrides = {
-            "listen": listen, "redis_url": redis, "tenants_file": tenants, "store": store,
+            "listen": listen, "rest_listen": rest_listen, "redis_url": redis, "tenants_file": tenants, "store": store,
             "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }

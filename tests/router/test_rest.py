@@ -68,8 +68,8 @@ def rig(tmp_path_factory):
             "slowco": reg.create("slowco", "free", {"rate": 0.2, "burst": 1})}
     h = HostdProc(str(store), work, args=["--tenant-limits", str(f)], tenant="nobody")
     port = free_port()
-    r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(f), "--store", str(store), "--refresh-interval", "0.2"],
-                   env={"MMHOST_ROUTER_REST_LISTEN": f"127.0.0.1:{port}"})
+    r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(f), "--store", str(store), "--refresh-interval", "0.2",
+                          "--rest-listen", f"127.0.0.1:{port}"])
     rig = Rig(r, port, keys)
     deadline = time.monotonic() + 20
     while not rig.client().is_server_ready():  # the router has seen the hostd

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import typer
 
-REDIS_HELP = "Redis mode: the tenant index in Redis [MMHOST_REDIS_URL]"
+REDIS_HELP = "Redis mode: the tenant index in Redis (env MMHOST_REDIS_URL)"
 FILE_HELP = "embedded mode: the tenants file (holds key hashes only)"
-STORE_HELP = "model store holding the tenant records, the source of truth (folder, file:// or s3://) [MMHOST_STORE]"
+STORE_HELP = "model store holding the tenant records, the source of truth (folder, file:// or s3://)"
 REDIS = typer.Option(None, "--redis", help=REDIS_HELP)
 TENANTS = typer.Option(None, "--tenants", help=FILE_HELP)
 STORE = typer.Option(None, "--store", envvar="MMHOST_STORE", help=STORE_HELP)

@@ -55,10 +55,10 @@ def poll_source(addresses: list[str], timeout_s: float):
 def register(app: typer.Typer) -> None:
     @app.command()
     def top(
-        redis: str = typer.Option(None, "--redis", help="cluster from hostd heartbeats in Redis [MMHOST_REDIS_URL]"),
+        redis: str = typer.Option(None, "--redis", help="cluster from hostd heartbeats in Redis (env MMHOST_REDIS_URL)"),
         hosts: str = typer.Option(None, help="or poll these hostds: ADDR,ADDR"),
         heartbeat_prefix: str = typer.Option(
-            None, help="Redis key prefix of heartbeats [MMHOST_ROUTER_HEARTBEAT_PREFIX, default mmhost:hosts:]"),
+            None, help="Redis key prefix of heartbeats (env MMHOST_ROUTER_HEARTBEAT_PREFIX; default: mmhost:hosts:)"),
         interval: float = typer.Option(2.0, help="seconds between refreshes"),
         once: bool = typer.Option(False, "--once", help="print one snapshot and exit"),
         models: int = typer.Option(50, help="most model rows shown (busiest first)"),

@@ -100,3 +100,30 @@ def test_router_metrics_port(hostd, tmp_path):
         assert get(r.metrics_port, "/v2/health/ready")[0] == 404
     finally:
         r.stop()
+
+
+def test_gpu_series_come_from_an_nvml_probe_only():
+    from prometheus_client import generate_latest
+
+    class FakeNvml:  # the NvmlProbe surface the collector reads
+        uuid = "GPU-1234"
+
+        def used(self) -> int:
+            return 3 << 30
+
+        def total(self) -> int:
+            return 80 << 30
+
+        def utilization(self) -> float:
+            return 0.25
+
+    m = HostdMetrics()
+    m.watch(lambda: [], FakeNvml())
+    text = generate_latest(m.registry).decode()
+    assert metric_value(text, "nv_gpu_memory_used_bytes", gpu_uuid="GPU-1234") == 3 << 30
+    assert metric_value(text, "nv_gpu_memory_total_bytes", gpu_uuid="GPU-1234") == 80 << 30
+    assert metric_value(text, "nv_gpu_utilization", gpu_uuid="GPU-1234") == 0.25
+    from hostd.memory import CpuProbe
+
+    m.watch(lambda: [], CpuProbe())
+    assert "nv_gpu_" not in generate_latest(m.registry).decode()

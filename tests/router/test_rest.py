@@ -2,25 +2,31 @@
 client (tritonclient.http) the way tenants and perf_analyzer -i http call Triton: the same answers as gRPC
 through the same servicer (health, metadata, config, JSON and binary inference, statistics, repository), the
 same keys and tenancy (another tenant's model is 404 exactly like a missing one, no key is 401), sheds with
-Retry-After, and 400 for malformed bodies."""
+Retry-After, and 400 for malformed bodies. Then the adapter in-process over a stub servicer: each gRPC code's
+HTTP status and headers, the body bound, health while draining."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from aiohttp.test_utils import TestClient, TestServer
 from tritonclient.utils import InferenceServerException
 
+import ground.errors as errors
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from catalog.publish import publish_version
 from catalog.repository import ModelRepository
 from protos import grpc_service_pb2 as pb
 from router import rest_codec as codec
+from router.rest import RestApi
 from router.tenants import FileTenants
 from storage_adapters.local import LocalStorage
 from tests.hostd_proc import HostdProc
@@ -283,3 +289,89 @@ def test_repository_index_load_and_unload(rig):
     assert failure(c.unload_model, "nosuch", headers=H).status() == "404"
     status, _, raw = rig.request("POST", "/v2/repository/models/other/load", b'{"parameters": {"pin": true}}', H)
     assert status == 403 and "operator" in json.loads(raw)["error"]
+
+
+# -- the adapter in-process, over a stub servicer: status mapping, bounds, health ------------------------------
+
+
+class StubServicer:
+    """What RestApi calls on a RouterServicer: ServerLive (authentication) and ModelInfer, recording contexts."""
+
+    def __init__(self, error: Exception | None = None, hosts: int = 1) -> None:
+        self.error, self.contexts = error, []
+        self.cluster = type("Hosts", (), {"eligible": staticmethod(lambda: ["h"] * hosts)})()
+
+    async def ServerLive(self, body: bytes, context) -> bytes:
+        if not context.invocation_metadata():
+            raise errors.Unauthenticated("no key")
+        return b""
+
+    async def ModelInfer(self, body: bytes, context) -> bytes:
+        self.contexts.append(context)
+        if self.error is not None:
+            raise self.error
+        req = pb.ModelInferRequest.FromString(body)
+        resp = pb.ModelInferResponse(model_name=req.model_name, outputs=[
+            pb.ModelInferResponse.InferOutputTensor(name="y", datatype="INT32", shape=[1])])
+        resp.raw_output_contents.append(np.array([7], np.int32).tobytes())
+        return resp.SerializeToString()
+
+
+def call(api, method: str, path: str, body: bytes = b"", headers: dict | None = None):
+    async def go():
+        async with TestClient(TestServer(api.app())) as c:
+            r = await c.request(method, path, data=body, headers=headers or {})
+            return r.status, r.headers, await r.read()
+
+    return asyncio.run(go())
+
+
+JSON_BODY = json.dumps({"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [1]}]}).encode()
+
+
+def test_adapter_passes_the_key_as_metadata_and_no_deadline():
+    stub = StubServicer()
+    status, _, raw = call(RestApi(stub, 1 << 20), "POST", "/v2/models/m/infer", JSON_BODY, {"Authorization": "Bearer k"})
+    assert status == 200 and json.loads(raw)["outputs"][0]["data"] == [7]
+    ctx = stub.contexts[0]
+    assert ctx.invocation_metadata() == (("authorization", "Bearer k"),) and ctx.time_remaining() is None
+
+
+@pytest.mark.parametrize("error, status", [
+    ("InvalidArgument", 400), ("Unauthenticated", 401), ("PermissionDenied", 403), ("NotFound", 404),
+    ("ResourceExhausted", 429), ("Unavailable", 503), ("DeadlineExceeded", 504), ("Internal", 500),
+])
+def test_serving_errors_become_http_statuses(error, status):
+    err = getattr(errors, error)("went wrong", retry_after_ms=1001 if status in (429, 503) else None, reason="r1")
+    got, headers, raw = call(RestApi(StubServicer(err), 1 << 20), "POST", "/v2/models/m/infer", JSON_BODY,
+                             {"Authorization": "Bearer k"})
+    assert got == status and json.loads(raw)["error"] == "went wrong" and headers["mmhost-reason"] == "r1"
+    assert headers.get("Retry-After") == ("2" if status in (429, 503) else None)  # 1001 ms: rounded up
+
+
+def test_forwarded_codes_and_bugs():
+    err = errors.Forwarded(grpc.StatusCode.FAILED_PRECONDITION, "host says no", reason="model_failed")
+    status, headers, _ = call(RestApi(StubServicer(err), 1 << 20), "POST", "/v2/models/m/infer", JSON_BODY,
+                              {"Authorization": "Bearer k"})
+    assert (status, headers["mmhost-reason"]) == (400, "model_failed")
+    status, headers, raw = call(RestApi(StubServicer(RuntimeError("secret /etc/path")), 1 << 20), "POST",
+                                "/v2/models/m/infer", JSON_BODY, {"Authorization": "Bearer k"})
+    assert status == 500 and "internal error (request id" in json.loads(raw)["error"] and b"secret" not in raw
+
+
+def test_bodies_past_the_bound_wrong_methods_and_unknown_routes_are_json_errors():
+    api = RestApi(StubServicer(), 1024)
+    status, _, raw = call(api, "POST", "/v2/models/m/infer", b"x" * 2000, {"Authorization": "Bearer k"})
+    assert status == 413 and "error" in json.loads(raw)
+    status, headers, raw = call(api, "GET", "/v2/models/m/infer", headers={"Authorization": "Bearer k"})
+    assert status == 405 and "POST" in headers["Allow"] and "error" in json.loads(raw)
+    assert call(api, "GET", "/v3")[0] == 404
+
+
+def test_ready_is_400_without_hosts_and_while_draining():
+    assert call(RestApi(StubServicer(hosts=0), 1024), "GET", "/v2/health/ready")[0] == 400
+    api = RestApi(StubServicer(), 1024)
+    assert call(api, "GET", "/v2/health/ready")[0] == 200
+    api.draining = True
+    assert call(api, "GET", "/v2/health/ready")[0] == 400
+    assert call(api, "GET", "/v2/health/live")[0] == 200

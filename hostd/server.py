@@ -191,8 +191,13 @@ class Hostd:
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat is not None:  # routers find this host only once it serves
             self.heartbeat.start()
-        log.info("hostd serving on %s (device %s, probe %s, store %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}",
-                 self.device.name, self.probe.name, self.storage.description)
+        log.info("hostd serving on %s (device %s, probe %s, store %s; device budget %d bytes (%s), watermarks "
+                 "%.2f/%.2f, eviction %s; ram tier %s, disk tier %d bytes; %s; metrics %s)",
+                 s.listen.rsplit(":", 1)[0] + f":{self.port}", self.device.name, self.probe.name,
+                 self.storage.description, self.budget, s.device_memory, s.high_watermark, s.low_watermark,
+                 s.eviction_policy, self.ram.budget if self.ram else "off", self.disk.budget,
+                 "redis mode (heartbeats)" if self.heartbeat is not None else "embedded mode (routers poll)",
+                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
 
     async def drain_and_stop(self) -> None:
         """Stop taking new requests (health NOT_SERVING, ServerReady false), finish in-flight ones within the

@@ -121,15 +121,24 @@ class RestApi:
 
     async def _call(self, method: str, msg: Message, request: web.Request) -> bytes:
         body = msg.SerializeToString()
-        if method != "ModelInfer" and len(body) > MAX_CONTROL_BODY:  # as the gRPC handler's bound (servicer._small)
+        if len(body) > MAX_CONTROL_BODY:  # as the gRPC handler's bound (servicer._small)
             raise InvalidArgument(f"{method} request of {len(body)} bytes; at most {MAX_CONTROL_BODY} are accepted")
         return await getattr(self.servicer, method)(body, self._context(request))
 
-    async def _authenticated_body(self, request: web.Request) -> bytes:
+    async def _authenticated_body(self, request: web.Request) -> bytearray:
         """The body, read only once the key is known good: a stranger's bytes are never read or parsed.
-        ServerLive is the servicer's authentication and nothing else (its unauthenticated count included)."""
+        ServerLive is the servicer's authentication and nothing else (its unauthenticated count included).
+        Read from the stream here rather than with request.read(), which keeps its copy on the request until
+        the handler returns: this one is dropped once converted, before the call is forwarded."""
         await self.servicer.ServerLive(b"", self._context(request))
-        return await request.read()
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=request.content_length)
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(1 << 20):
+            body += chunk
+            if len(body) > self.max_body:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=len(body))
+        return body
 
     @staticmethod
     def _names(request: web.Request) -> tuple[str, str]:
@@ -184,9 +193,11 @@ class RestApi:
         body = await self._authenticated_body(request)
         obj, tail = codec.split_body(body, request.headers.get(codec.HEADER_LENGTH))
         req, fmt = codec.infer_request(m, v, obj, tail)
-        del body, obj, tail  # the request message holds the tensors from here on
-        out = await self._call("ModelInfer", req, request)
-        del req
+        del body, obj, tail
+        data = req.SerializeToString()
+        del req  # from here on only the bytes forwarded (and charged to the byte budget) are held
+        out = await self.servicer.ModelInfer(data, self._context(request))
+        del data
         payload, header_length = codec.infer_response(pb.ModelInferResponse.FromString(out), fmt)
         if header_length is None:
             return web.Response(body=payload, content_type=JSON)
@@ -194,17 +205,17 @@ class RestApi:
                             headers={codec.HEADER_LENGTH: str(header_length)})
 
     async def index(self, request: web.Request) -> web.Response:
-        obj = codec.parse_object(await self._authenticated_body(request), empty_ok=True)
+        obj = codec.parse_object(bytes(await self._authenticated_body(request)), empty_ok=True)
         out = await self._call("RepositoryIndex", codec.index_request(obj), request)
         return self._json(codec.index_json(pb.RepositoryIndexResponse.FromString(out)))
 
     async def load(self, request: web.Request) -> web.Response:
-        obj = codec.parse_object(await self._authenticated_body(request), empty_ok=True)
+        obj = codec.parse_object(bytes(await self._authenticated_body(request)), empty_ok=True)
         await self._call("RepositoryModelLoad", codec.load_request(self._names(request)[0], obj), request)
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
-        obj = codec.parse_object(await self._authenticated_body(request), empty_ok=True)
+        obj = codec.parse_object(bytes(await self._authenticated_body(request)), empty_ok=True)
         await self._call("RepositoryModelUnload", codec.unload_request(self._names(request)[0], obj), request)
         return web.Response(status=200)
 

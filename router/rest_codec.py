@@ -57,8 +57,8 @@ _NO_SHM = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_off
 # -- bodies -----------------------------------------------------------------------------------------------
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
-    """(the JSON object, the binary tail) of a request body."""
+def split_body(body: bytes | bytearray, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
+    """(the JSON object, the binary tail: a view, not a copy) of a request body."""
     n = len(body)
     if header_length is not None:
         try:
@@ -67,7 +67,8 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
             raise InvalidArgument(f"{HEADER_LENGTH} must be a byte count, not {shown(header_length)}") from None
         if not 0 <= n <= len(body):
             raise InvalidArgument(f"{HEADER_LENGTH} is {n} but the body has {len(body)} bytes")
-    return parse_object(body[:n]), body[n:]
+    view = memoryview(body)
+    return parse_object(bytes(view[:n])), view[n:]
 
 
 def parse_object(raw: bytes, *, empty_ok: bool = False) -> dict[str, Any]:
@@ -261,7 +262,8 @@ def _check_raw(datatype: str, shape: list[int], raw: bytes, where: str) -> None:
         raise InvalidArgument(f"{where}: {len(raw)} bytes of binary data, but {datatype} {shape} takes {want}")
 
 
-def infer_request(model: str, version: str, obj: dict[str, Any], tail: bytes) -> tuple[pb.ModelInferRequest, OutputFormat]:
+def infer_request(model: str, version: str, obj: dict[str, Any],
+                  tail: bytes | memoryview) -> tuple[pb.ModelInferRequest, OutputFormat]:
     """A v2 REST inference request (its JSON object and binary tail) as a ModelInferRequest."""
     req = pb.ModelInferRequest(model_name=model, model_version=version)
     rid = obj.get("id", "")
@@ -296,7 +298,7 @@ def infer_request(model: str, version: str, obj: dict[str, Any], tail: bytes) ->
             if offset + size > len(tail):
                 raise InvalidArgument(f"{where}: {BINARY_SIZE} {size} runs past the binary data "
                                       f"({len(tail) - offset} bytes left after the JSON header)")
-            raw = tail[offset:offset + size]
+            raw = bytes(tail[offset:offset + size])
             offset += size
             _check_raw(datatype, shape, raw, where)
         elif "data" in t:

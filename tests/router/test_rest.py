@@ -8,6 +8,7 @@ HTTP status and headers, the body bound, health while draining."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import http.client
 import json
 import time
@@ -375,3 +376,10 @@ def test_ready_is_400_without_hosts_and_while_draining():
     api.draining = True
     assert call(api, "GET", "/v2/health/ready")[0] == 400
     assert call(api, "GET", "/v2/health/live")[0] == 200
+
+
+def test_compressed_request_bodies_are_read_as_tritonclient_sends_them():
+    stub = StubServicer()
+    status, _, raw = call(RestApi(stub, 1 << 20), "POST", "/v2/models/m/infer", gzip.compress(JSON_BODY),
+                          {"Authorization": "Bearer k", "Content-Encoding": "gzip"})
+    assert status == 200 and json.loads(raw)["outputs"][0]["data"] == [7]

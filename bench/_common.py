@@ -18,7 +18,9 @@ from ground.serving import wait_serving as wait
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-__all__ = ["ROOT", "free_port", "wait_serving", "start_hostd", "stop", "closed_loop", "s3_with_model"]
+__all__ = ["ROOT", "PLAINTEXT_DEV", "free_port", "wait_serving", "start_hostd", "stop", "closed_loop", "s3_with_model"]
+# what benches' hostds and routers run with (no certificates; direct hostd calls act as the default tenant)
+PLAINTEXT_DEV = {"MMHOST_HOSTD_PLAINTEXT": "true", "MMHOST_HOSTD_DEV_MODE": "true", "MMHOST_ROUTER_PLAINTEXT": "true"}
 
 
 def wait_serving(addr: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -32,7 +34,8 @@ def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None) 
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "hostd", "--listen", addr, "--store", store, "--metrics-port", "0",
          "--cache-dir", str(workdir / f"cache-{port}"), "--log-level", "WARNING", *args],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        # plaintext, and dev mode: benches call hostds directly, without mmhost-tenant (the default tenant)
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **PLAINTEXT_DEV, **(env or {})},
     )
     wait_serving(addr, proc)
     return proc, addr

@@ -38,7 +38,7 @@ def start_router(work: Path, host: str, tenants: Path, store: Path) -> tuple[sub
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", host, "--tenants", str(tenants),
          "--store", str(store), "--metrics-port", str(mport), "--refresh-interval", "0.2", "--log-level", "WARNING"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true"},
     )
     wait_serving(addr, proc)
     return proc, addr, mport

@@ -31,7 +31,7 @@ def start_router(hostd: str, tenants: Path, store: Path, workdir: Path) -> tuple
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", hostd, "--tenants", str(tenants),
          "--store", str(store), "--metrics-port", "0", "--log-level", "WARNING"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true"},
     )
     wait_serving(addr, proc)
     return proc, addr

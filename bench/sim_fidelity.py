@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, free_port, stop, wait_serving  # noqa: E402
+from bench._common import PLAINTEXT_DEV, ROOT, free_port, stop, wait_serving  # noqa: E402
 from hostd.batch_policy import BatchConfig  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.placement_policy import PlacementConfig  # noqa: E402
@@ -71,7 +71,7 @@ def metric(text: str, name: str) -> float:
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "mmhost.cli", *args], cwd=ROOT, stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_HOSTD_TORCH_THREADS": "1"})
+                            stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_HOSTD_TORCH_THREADS": "1", **PLAINTEXT_DEV})
 
 
 class Scraper(threading.Thread):

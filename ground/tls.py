@@ -14,8 +14,9 @@ update, `mmhost certs`), so certificates rotate without a restart.
   `target_name_options()`). `peer_identity(context)` reads the verified peer certificate of a call;
   `PeerCheckInterceptor` refuses calls whose peer certificate does not pass a check, before any handler (and
   so any `mmhost-tenant` metadata) runs.
-- From settings (what the servers call): `hostd_credentials` + `hostd_interceptors`, `router_credentials`,
-  `router_to_hostd`, `add_port`; plaintext only when `plaintext=true` was asked for (TLSConfigError otherwise).
+- From settings (what the servers call): `hostd_credentials` + `hostd_interceptors`, `router_credentials`
+  (+ `router_client_cert_credentials` for a port that requires tenant certificates), `router_to_hostd`,
+  `add_port`; plaintext only when `plaintext=true` was asked for (TLSConfigError otherwise).
   `health_only_server` serves the health service alone in plaintext on `health_port` for kubelet probes."""
 
 from __future__ import annotations
@@ -329,9 +330,23 @@ def hostd_interceptors(s: HostdSettings) -> list[aio.ServerInterceptor]:
 
 
 def router_credentials(s: RouterSettings) -> grpc.ServerCredentials | None:
-    """The router's tenant-facing port; tenants may present a client certificate when tls_client_ca is set
-    (read it with peer_identity(context).tenant), else they authenticate with an API key."""
-    return listen_credentials("router", s.tls_cert, s.tls_key, s.plaintext, s.tls_client_ca)
+    """The router's tenant-facing port (listen): tenants authenticate with an API key. With tls_client_ca and
+    no tls_client_listen, this port requires a tenant client certificate instead (read it with
+    peer_identity(context).tenant; an API key may come along and must name the same tenant): gRPC's Python
+    API asks a client for a certificate only when it requires one, so an optional one cannot be had."""
+    only_certs = s.tls_client_ca is not None and not s.tls_client_listen
+    return listen_credentials("router", s.tls_cert, s.tls_key, s.plaintext, s.tls_client_ca if only_certs else None,
+                              require_client_cert=only_certs)
+
+
+def router_client_cert_credentials(s: RouterSettings) -> grpc.ServerCredentials | None:
+    """tls_client_listen: the router's second tenant port, which requires a tenant client certificate signed by
+    tls_client_ca (next to listen, which keeps API keys); None when off."""
+    if not s.tls_client_listen:
+        return None
+    if s.tls_client_ca is None or s.tls_cert is None or s.tls_key is None:
+        raise TLSConfigError("router: tls_client_listen needs tls_client_ca, tls_cert and tls_key")
+    return server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca, require_client_cert=True)
 
 
 def router_to_hostd(s: RouterSettings) -> tuple[ClientTLSFiles | None, list[tuple[str, str]]]:

@@ -1,13 +1,21 @@
 """Forwarding raw bytes to hostds over gRPC: one channel per host, multicallables without serializers (bytes
 in, bytes out), so the router never decodes tensors. Forwarder is the dispatcher's HostClient
-(router/host_client.py): gRPC errors become HostErrors here and nowhere else."""
+(router/host_client.py): gRPC errors become HostErrors here and nowhere else.
+
+With TLS to hostds (RouterSettings.hostd_ca, ground.tls.router_to_hostd) channels are secure channels that
+present the router's client certificate and verify hostds by name (target_name_options). When the
+certificate files change (rotation), `rotate()` (called on the router's refresh loop) swaps in new channels;
+the old ones close after a grace period, so calls in flight on them finish."""
 
 from __future__ import annotations
+
+import asyncio
 
 from grpc import aio
 
 from ground.wire import SERVICE
 from protos import hostd_control_pb2 as hc
+from ground.tls import ClientTLSFiles
 from router.host_client import HostError
 
 __all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
@@ -15,18 +23,47 @@ STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
 
 
 class Forwarder:
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(self, max_message_bytes: int, tls: ClientTLSFiles | None = None,
+                 tls_options: list[tuple[str, str]] | None = None, rotate_grace_s: float = 30.0) -> None:
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
-                         ("grpc.enable_retries", 0)]
+                         ("grpc.enable_retries", 0)] + list(tls_options or ())
+        self._tls = tls
+        self._creds, self._generation = tls.credentials() if tls is not None else (None, 0)
+        self._grace = rotate_grace_s
         self._channels: dict[str, aio.Channel] = {}
         self._calls: dict[tuple[str, str], aio.UnaryUnaryMultiCallable] = {}
+        self._retired: dict[asyncio.Task, aio.Channel] = {}  # old channels closing after a rotation
 
     def _channel(self, address: str) -> aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = aio.insecure_channel(address, options=self._options)
+            ch = self._channels[address] = (
+                aio.secure_channel(address, self._creds, options=self._options) if self._creds is not None
+                else aio.insecure_channel(address, options=self._options))
         return ch
+
+    @property
+    def generation(self) -> int:
+        """The generation of the client certificate files the channels use (0 without TLS)."""
+        return self._generation
+
+    async def rotate(self) -> bool:
+        """Re-read the client certificate files; when they changed, new calls go on new channels (built with
+        the new certificate) and the old channels close once their calls had `rotate_grace_s` to finish."""
+        if self._tls is None:
+            return False
+        creds, gen = await asyncio.to_thread(self._tls.credentials)
+        if gen == self._generation:
+            return False
+        self._creds, self._generation = creds, gen
+        old, self._channels = self._channels, {}
+        self._calls.clear()
+        for ch in old.values():
+            t = asyncio.get_running_loop().create_task(ch.close(grace=self._grace))
+            self._retired[t] = ch
+            t.add_done_callback(lambda done: self._retired.pop(done, None))
+        return True
 
     def _callable(self, address: str, method: str) -> aio.UnaryUnaryMultiCallable:
         k = (address, method)
@@ -58,3 +95,6 @@ class Forwarder:
 
     async def close(self) -> None:
         await self.forget(set())
+        for t, ch in list(self._retired.items()):
+            t.cancel()
+            await ch.close()

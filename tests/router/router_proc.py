@@ -13,9 +13,11 @@ class RouterProc(ServerProc):
     ready_timeout_s = 30.0
     stop_timeout_s = 15.0
 
-    def __init__(self, workdir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, args: list[str], env: dict[str, str] | None = None, **kw) -> None:
+        """Plaintext unless `env` says otherwise; `kw`: ServerProc's channel_credentials and health_port."""
         self.alloc_ports()
         self.access_log = workdir / f"access-{self.port}.jsonl"
         super().__init__(workdir, ["--listen", self.addr, "--metrics-port", str(self.metrics_port),
-                                   "--access-log", str(self.access_log), *args], env)
+                                   "--access-log", str(self.access_log), *args],
+                         {"MMHOST_ROUTER_PLAINTEXT": "true", **(env or {})}, **kw)
         self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self.channel)

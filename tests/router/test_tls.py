@@ -1,0 +1,249 @@
+"""The perimeter end to end, with real processes and certificates from `mmhost certs init`: a router serving
+tenants over TLS (API key or tenant client certificate) in front of a hostd with mutual TLS (the router
+presents its client certificate and verifies the hostd by name). Triton's gRPC client over TLS; a plaintext
+client is refused; the router's serving certificate and its client certificate to hostds rotate without a
+restart."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import sys
+
+import grpc
+import pytest
+from cryptography import x509
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from typer.testing import CliRunner
+
+from ground import tls
+from mmhost import certs
+from mmhost.cli import app
+from mmhost.demo_models import seed_store
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc
+from router.tenants import FileTenants
+from tests.hostd.test_mtls import mtls_env, router_creds
+from tests.hostd.test_server import infer_req
+from tests.hostd_proc import HostdProc
+from tests.router.conftest import auth
+from tests.router.router_proc import RouterProc
+from tests.router.test_cluster import wait_until
+from tests.servers import free_port
+
+C = grpc.StatusCode
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pki")
+    runner = CliRunner()
+    res = runner.invoke(app, ["certs", "init", "--out", str(out), "--router-hosts", "127.0.0.1,localhost",
+                              "--hostd-hosts", tls.HOSTD_TLS_NAME, "--days", "2"])
+    assert res.exit_code == 0, res.output
+    for tenant in ("demo", "ghost"):  # ghost: a certificate from the CA for a tenant the registry does not know
+        res = runner.invoke(app, ["certs", "client", "--tenant", tenant, "--out", str(out), "--days", "2"])
+        assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def perimeter(pki, tmp_path_factory):
+    """(router, {tenant: key}): a TLS router (tenant certificates accepted) -> a mutual-TLS hostd."""
+    work = tmp_path_factory.mktemp("perimeter")
+    store = work / "store"
+    seed_store(store)
+    # the demo models live in tenant "demo"'s prefix
+    tenants = FileTenants(work / "tenants.json")
+    keys = {t: tenants.create(t) for t in ("demo", "other")}
+    hp = free_port()
+    h = HostdProc(str(store), work, env=mtls_env(pki, hp), health_port=hp, channel_credentials=router_creds(pki),
+                  channel_options=tls.target_name_options())
+    rhp = free_port()
+    env = {"MMHOST_ROUTER_PLAINTEXT": "false", "MMHOST_ROUTER_TLS_CERT": str(pki / "router.pem"),
+           "MMHOST_ROUTER_TLS_KEY": str(pki / "router-key.pem"), "MMHOST_ROUTER_TLS_CLIENT_CA": str(pki / "ca.pem"),
+           "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
+           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_TLS_CLIENT_LISTEN": f"127.0.0.1:{free_port()}"}
+    r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store),
+                          "--refresh-interval", "0.2"], env, health_port=rhp,
+                   channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    r.cert_addr = env["MMHOST_ROUTER_TLS_CLIENT_LISTEN"]  # the port that requires tenant certificates
+    yield r, keys
+    r.stop()
+    h.stop()
+
+
+# Triton's client runs in a subprocess: its protobuf registry and ours cannot share a process.
+SCRIPT = r"""
+import json, sys
+import numpy as np
+import tritonclient.grpc as g
+addr, pki, demo, other, what, cert_addr = sys.argv[1:7]
+ca = f"{pki}/ca.pem"
+
+def client(tenant=None):
+    extra = {} if tenant is None else {"private_key": f"{pki}/tenant-{tenant}-key.pem",
+                                       "certificate_chain": f"{pki}/tenant-{tenant}.pem"}
+    return g.InferenceServerClient(addr if tenant is None else cert_addr, ssl=True, root_certificates=ca,
+                                   channel_args=[("grpc.use_local_subchannel_pool", 1)], **extra)
+
+def infer(c, headers=None):
+    x = g.InferInput("input", [2, 64], "FP32")
+    x.set_data_from_numpy(np.random.default_rng(0).random((2, 64), dtype=np.float32))
+    return list(c.infer("mlp", [x], headers=headers, client_timeout=60).as_numpy("output").shape)
+
+def status(fn):
+    try:
+        return fn()
+    except g.InferenceServerException as e:
+        return e.status()
+
+key = {"authorization": f"Bearer {demo}"}
+out = {}
+c = client()
+out["key"] = [c.is_server_live(headers=key), c.is_server_ready(headers=key), c.get_server_metadata(headers=key).name,
+              c.get_model_metadata("mlp", headers=key).name, infer(c, key)]
+out["no_key"] = status(lambda: c.get_model_metadata("mlp"))
+if what == "all":
+    t = client("demo")
+    out["cert"] = [t.get_model_metadata("mlp").name, infer(t), infer(t, key)]
+    out["cert_other_key"] = status(lambda: infer(t, {"authorization": f"Bearer {other}"}))
+    out["ghost_cert"] = status(lambda: client("ghost").get_model_metadata("mlp").name)
+    nocert = g.InferenceServerClient(cert_addr, ssl=True, root_certificates=ca)
+    out["cert_port_without_cert"] = status(lambda: nocert.is_server_live(headers=key))
+print(json.dumps(out))
+"""
+
+
+def triton(r: RouterProc, pki, keys: dict[str, str], what: str = "all") -> dict:
+    p = subprocess.run([sys.executable, "-c", SCRIPT, r.addr, str(pki), keys["demo"], keys["other"], what,
+                        r.cert_addr],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_triton_client_over_tls_with_an_api_key_or_a_tenant_certificate(perimeter, pki):
+    r, keys = perimeter
+    out = triton(r, pki, keys)
+    assert out["key"] == [True, True, "mmhost-router", "mlp", [2, 10]]
+    assert out["no_key"] == "StatusCode.UNAUTHENTICATED"
+    assert out["cert"] == ["mlp", [2, 10], [2, 10]]  # no API key at all; then key and certificate agreeing
+    assert out["cert_other_key"] == "StatusCode.UNAUTHENTICATED"  # a key for another tenant with this certificate
+    assert out["ghost_cert"] == "StatusCode.UNAUTHENTICATED"  # a certificate for a tenant the registry lacks
+    assert out["cert_port_without_cert"] == "StatusCode.UNAVAILABLE"  # that port requires a certificate
+
+
+def code_of(fn) -> grpc.StatusCode:
+    try:
+        fn()
+    except grpc.RpcError as e:
+        return e.code()
+    return C.OK
+
+
+def test_a_plaintext_client_on_the_tls_port_is_refused(perimeter):
+    r, keys = perimeter
+    with grpc.insecure_channel(r.addr) as ch:
+        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        assert code_of(lambda: stub.ServerLive(pb.ServerLiveRequest(), metadata=auth(keys["demo"]), timeout=5)) \
+            is C.UNAVAILABLE
+
+
+def test_the_health_port_answers_in_plaintext(perimeter):
+    r, _ = perimeter
+    with grpc.insecure_channel(r.health_addr) as ch:
+        assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+            health_pb2.HealthCheckResponse.SERVING
+
+
+def served_serial(port: int) -> int:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s, ctx.wrap_socket(s) as t:
+        der = t.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_a_rotated_serving_certificate_reaches_new_connections_without_a_restart(perimeter, pki):
+    r, keys = perimeter
+    new = certs.issue(certs.load_ca(pki), "mmhost-router", hosts=["127.0.0.1", "localhost"], server=True, days=2)
+    certs.write_pair(pki, "router", new)
+    assert served_serial(r.port) == new.cert.serial_number
+    assert triton(r, pki, keys, "key")["key"][-1] == [2, 10]  # a new connection, verified against the CA
+    assert r.proc.poll() is None
+
+
+def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pki):
+    """The router re-reads its client certificate and dials hostds again with it: swapped for one that does
+    not name a router, the hostd refuses the router's calls; swapped back, they pass again."""
+    r, keys = perimeter
+
+    def infer() -> grpc.StatusCode:
+        return code_of(lambda: r.stub.ModelInfer(infer_req(), metadata=auth(keys["demo"]), timeout=30))
+
+    assert infer() is C.OK
+    good = (pki / "router-client.pem").read_bytes(), (pki / "router-client-key.pem").read_bytes()
+    ca = certs.load_ca(pki)
+    try:
+        certs.write_pair(pki, "router-client", certs.issue(ca, "not-a-router", uris=["mmhost://tenant/x"], client=True,
+                                                           days=2))
+        wait_until(lambda: infer() is not C.OK, timeout=20, what="calls refused with the wrong certificate")
+    finally:  # the way `mmhost certs` writes: key first, then the certificate
+        certs._write(pki / "router-client-key.pem", good[1], 0o600)
+        certs._write(pki / "router-client.pem", good[0], 0o644)
+    wait_until(lambda: infer() is C.OK, timeout=30, what="calls served after the swap back")
+
+
+def test_no_certificates_and_no_plaintext_refuses_to_start(tmp_path):
+    import os
+
+    from tests.servers import REPO
+
+    FileTenants(tmp_path / "tenants.json").create("demo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MMHOST_")}
+    p = subprocess.run([sys.executable, "-m", "mmhost.cli", "router", "--listen", f"127.0.0.1:{free_port()}",
+                        "--hosts", "127.0.0.1:1", "--tenants", str(tmp_path / "tenants.json"), "--metrics-port", "0"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert "tls_cert" in last and "plaintext" in last, p.stderr
+
+
+def test_without_a_second_port_the_tenant_port_requires_a_certificate(pki):
+    """tls_client_ca without tls_client_listen: gRPC cannot ask for an optional client certificate, so the one
+    tenant port requires it."""
+    import asyncio
+
+    from grpc import aio
+    from grpc_health.v1 import health
+
+    from ground.settings import RouterSettings
+
+    s = RouterSettings(tls_cert=pki / "router.pem", tls_key=pki / "router-key.pem", tls_client_ca=pki / "ca.pem")
+
+    async def main():
+        server = aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+        port = tls.add_port(server, "127.0.0.1:0", tls.router_credentials(s))
+        await server.start()
+        try:
+            async def check(creds):
+                async with aio.secure_channel(f"127.0.0.1:{port}", creds,
+                                              options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+                    await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+
+            await check(tls.channel_credentials(pki / "ca.pem", pki / "tenant-demo.pem", pki / "tenant-demo-key.pem"))
+            with pytest.raises(aio.AioRpcError) as e:
+                await check(tls.channel_credentials(pki / "ca.pem"))
+            assert e.value.code() is C.UNAVAILABLE
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
+    assert tls.router_client_cert_credentials(s) is None

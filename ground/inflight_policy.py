@@ -20,6 +20,10 @@ the total (a quarter by default), so one tenant never fills the process and othe
   ~250 ms, so a client that honours it stops resending bodies that cannot fit yet (each resend costs the
   server its receipt). It is a hint; the caller's client decides.
 - A bound of 0 turns that bound off.
+- A server that can act before a body arrives (the router's ModelInfer) first acquires
+  `receipt_reservation(budget)` for the call, reads the body, gives the reservation back and acquires the
+  body's real size: a tenant whose bound is full is refused before its next body is received at all, and
+  bodies arriving at once are bounded too, not only bodies held.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ def budget_of(total: str | int, per_tenant: str | int = "", memory_limit: str | 
     t = parse_bytes(total, limit)
     pt = parse_bytes(per_tenant, limit) if per_tenant not in ("", None) else t // 4
     return ByteBudget(total=max(0, t), per_tenant=max(0, pt))
+
+
+def receipt_reservation(budget: ByteBudget) -> int:
+    """What a call whose body is still arriving holds (its size is not known until it is whole): a sixteenth of
+    the tenant's bound (else of the total), so one tenant has at most ~16 bodies arriving at once. 0: none."""
+    return (budget.per_tenant or budget.total) // 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,18 @@ def _wrap_unary(behavior, deserializer=None):
     return wrapper
 
 
+def _wrap_stream_unary(behavior):
+    async def wrapper(request_iterator, context):
+        try:
+            return await behavior(request_iterator, context)
+        except aio.AbortError:
+            raise
+        except Exception as e:  # noqa: BLE001 - this is the one place errors become statuses
+            await _abort(context, e)
+
+    return wrapper
+
+
 class ErrorInterceptor(aio.ServerInterceptor):
     """Wraps each unary handler once and reuses the wrapper: intercept_service runs on every call."""
 
@@ -82,16 +94,22 @@ class ErrorInterceptor(aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None or (handler.unary_unary is None and handler.stream_unary is None):
             return handler
         hit = self._wrapped.get(id(handler))
         if hit is not None and hit[0] is handler:
             return hit[1]
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary, handler.request_deserializer),
-            request_deserializer=None,  # raw bytes in: decoded inside the wrapper (INVALID_ARGUMENT on failure)
-            response_serializer=handler.response_serializer,
-        )
+        if handler.unary_unary is not None:
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, handler.request_deserializer),
+                request_deserializer=None,  # raw bytes in: decoded inside the wrapper (INVALID_ARGUMENT on failure)
+                response_serializer=handler.response_serializer,
+            )
+        else:  # a handler that reads its request itself (the router's ModelInfer: it may refuse before reading)
+            wrapped = grpc.stream_unary_rpc_method_handler(
+                _wrap_stream_unary(handler.stream_unary), request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         if len(self._wrapped) > 1024:  # handlers are per method; a server that builds them per call stays bounded
             self._wrapped.clear()
         self._wrapped[id(handler)] = (handler, wrapped)  # holding `handler` keeps its id from being reused

@@ -217,6 +217,10 @@ class RouterSettings(BaseSettings):
         "only once it is whole), but calls a client opens before it sees the setting are reset (UNAVAILABLE, "
         "REFUSED_STREAM); 0 = gRPC's default (no bound)",
     )
+    stream_window_bytes: int = Field(
+        1 << 20, ge=0, description="bytes of one call's body a client may send before ModelInfer reads it (HTTP/2 stream "
+        "window, fixed: no BDP probing); bounds what a refused call costs the router. 0 = gRPC's default",
+    )
     max_unknown_names: int = Field(
         4096, ge=0, description="names the catalog did not know, remembered (per tenant and model, LRU) for "
         "catalog_miss_ttl_s; bounds the router's memory whatever names tenants send",

@@ -158,7 +158,9 @@ class Router:
                      ("grpc.so_reuseport", 0)]
             # a client's calls past this many on one connection wait in the client: bounds the bytes one
             # connection pushes in before the byte budget (which sees a body only once it is whole) can refuse it
-            + ([("grpc.max_concurrent_streams", s.max_concurrent_streams)] if s.max_concurrent_streams else []),
+            + ([("grpc.max_concurrent_streams", s.max_concurrent_streams)] if s.max_concurrent_streams else [])
+            + ([("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", s.stream_window_bytes)]
+               if s.stream_window_bytes else []),
         )
         self.server.add_generic_rpc_handlers((self.servicer.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -5,10 +5,12 @@ forwarding, retries). ModelInfer reads only the routing header (router/header.py
 bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor.
 
 Bounds between tenants (PRODUCT.md, "Trust boundaries"):
-- Bytes in flight: each ModelInfer body is charged to its tenant's and the router's byte budget
-  (ground/inflight_policy.py) right after authentication, before the catalog check and forwarding, and given
-  back when the answer is back; past the budget it is RESOURCE_EXHAUSTED `inflight_bytes` with
-  retry-after-ms, and its bytes are dropped at once. Responses are not charged: each belongs to a charged
+- Bytes in flight: a ModelInfer call is authenticated and reserves a share of its tenant's byte budget before
+  its body is read (`infer_call`: a tenant whose budget is full is refused before its body arrives, and bodies
+  arriving at once are bounded too); once whole, the body's size is charged to its tenant's and the router's
+  budget (ground/inflight_policy.py), before the catalog check and forwarding, and given back when the answer
+  is back; past the budget it is RESOURCE_EXHAUSTED `inflight_bytes` with retry-after-ms, and its bytes are
+  dropped at once. Responses are not charged: each belongs to a charged
   request and lives only between the hostd's answer and this handler's return, while the request's charge
   still holds; both are bounded by max_message_bytes.
 - Pinning is an operator action. A tenant's RepositoryModelLoad that carries a `pin` parameter (true or
@@ -31,7 +33,7 @@ from ground import __version__
 from ground.deadlines import deadline_at, remaining_s
 from ground.errors import (Forwarded, InvalidArgument, PermissionDenied, ResourceExhausted, ServingError, Unauthenticated,
                            Unavailable)
-from ground.inflight_policy import InflightBytes, budget_of
+from ground.inflight_policy import InflightBytes, budget_of, receipt_reservation
 from ground.params import param_int
 from ground.settings import RouterSettings
 from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER, Reason
@@ -71,6 +73,7 @@ class RouterServicer:
         self.settings = settings
         self.inflight = inflight or InflightBytes(budget_of(settings.inflight_bytes, settings.tenant_inflight_bytes,
                                                             settings.memory_limit))
+        self._reservation = receipt_reservation(self.inflight.budget)
         self.admission = admission or Admission()
         self.keys, self.directory, self.cluster, self.dispatcher = keys, directory, cluster, dispatcher
         self.metrics, self.access_log = metrics, access_log
@@ -79,9 +82,11 @@ class RouterServicer:
     def handler(self) -> grpc.GenericRpcHandler:
         names = ["ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelConfig",
                  "ModelInfer", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"]
-        methods = {n: getattr(self, n) if n == "ModelInfer" else _small(n, getattr(self, n)) for n in names}
-        return grpc.method_handlers_generic_handler(
-            SERVICE, {n: grpc.unary_unary_rpc_method_handler(m) for n, m in methods.items()})
+        handlers = {n: grpc.unary_unary_rpc_method_handler(_small(n, getattr(self, n))) for n in names if n != "ModelInfer"}
+        # ModelInfer reads its own body (stream-unary on this side; a unary call on the wire), so it can refuse
+        # before the body arrives
+        handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(self.infer_call)
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     # -- front door -------------------------------------------------------------------------------
 
@@ -127,9 +132,31 @@ class RouterServicer:
 
     # -- inference ----------------------------------------------------------------------------------
 
-    async def ModelInfer(self, body: bytes, context: aio.ServicerContext) -> bytes:
-        ts, t0 = self.wall_clock(), self.clock()
+    async def infer_call(self, request_iterator, context: aio.ServicerContext) -> bytes:
+        """ModelInfer as served: the caller is authenticated and a share of its byte budget reserved
+        (receipt_reservation) before its body is read; a tenant whose budget is full is refused before its body
+        arrives. The reservation is given back once the body is whole, and ModelInfer charges its real size."""
         tenant = self._tenant(context)
+        reserve = self._reservation
+        if reserve:
+            grant = self.inflight.acquire(tenant, reserve)
+            if not grant.granted:
+                self.metrics.requests.labels(tenant, "(unknown)", "RESOURCE_EXHAUSTED").inc()
+                self.metrics.shed.labels(tenant, "(unknown)", Reason.INFLIGHT_BYTES.value).inc()
+                raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
+                                        reason=Reason.INFLIGHT_BYTES.value)
+        try:
+            body = await context.read()
+        finally:
+            if reserve:
+                self.inflight.release(tenant, reserve)
+        if not isinstance(body, bytes):  # aio.EOF: the call carried no request message
+            raise InvalidArgument("ModelInfer needs one request message")
+        return await self.ModelInfer(body, context, tenant)
+
+    async def ModelInfer(self, body: bytes, context: aio.ServicerContext, tenant: str | None = None) -> bytes:
+        ts, t0 = self.wall_clock(), self.clock()
+        tenant = tenant or self._tenant(context)
         hdr = read_header(body)
         model, version = hdr.model_name, hdr.model_version
         deadline = self._deadline(context, t0, _param_int(hdr.parameters, "timeout"))

@@ -68,3 +68,29 @@ def test_without_a_catalog_an_unload_nobody_knows_is_not_found():
     assert sorted(c.address for c in rig.hosts.calls) == ["h1:1", "h2:1"]  # every host was asked
     rig = Rig(cluster_of(status("h1:1"), status("h3:1")), behaviour=host)
     asyncio.run(rig.servicer.RepositoryModelUnload(body, FakeContext(time_remaining=3.0)))  # h3 knew it
+
+
+class ReadingContext(FakeContext):
+    """A call whose body the handler reads itself (the router's stream-unary ModelInfer)."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__()
+        self.body, self.reads = body, 0
+
+    async def read(self) -> bytes:
+        self.reads += 1
+        return self.body
+
+
+def test_a_tenant_whose_budget_is_full_is_refused_before_its_body_is_read():
+    rig = Rig()
+    rig.servicer.inflight = InflightBytes(ByteBudget(total=0, per_tenant=1600))
+    rig.servicer._reservation = 100
+    ctx = ReadingContext(infer("m"))
+    asyncio.run(rig.servicer.infer_call(iter(()), ctx))  # room: read, forwarded, everything given back
+    assert ctx.reads == 1 and len(rig.hosts.calls) == 1 and rig.servicer.inflight.total == 0
+    assert rig.servicer.inflight.acquire("acme", 1550).granted  # acme's other bodies fill its budget
+    ctx = ReadingContext(infer("m"))
+    with pytest.raises(ResourceExhausted) as e:
+        asyncio.run(rig.servicer.infer_call(iter(()), ctx))
+    assert e.value.reason == "inflight_bytes" and ctx.reads == 0 and rig.servicer.inflight.total == 1550

@@ -40,6 +40,10 @@ def register(app: typer.Typer) -> None:
                                     "(MMHOST_STORE is read too)"),
         metrics_port: int = setting_option(H, "metrics_port", help="Prometheus port (/metrics), 0 = off"),
         default_tenant: str = setting_option(H, "default_tenant"),
+        plaintext: bool = setting_option(H, "plaintext", "--plaintext/--tls", help="serve without TLS (demo and tests); "
+                                         "else tls_cert/tls_key (+ tls_client_ca) are needed"),
+        dev_mode: bool = setting_option(H, "dev_mode", "--dev-mode/--no-dev-mode", help="calls without mmhost-tenant act as "
+                                        "--default-tenant instead of being refused"),
         preload: bool = setting_option(H, "preload", "--preload/--lazy",
                                        help="load every model at start, or on first request"),
         device: str = setting_option(H, "device", help="auto, cpu or cuda"),
@@ -70,7 +74,7 @@ def register(app: typer.Typer) -> None:
             "preload": preload, "device": device, "cache_dir": cache_dir, "ort_intra_op_threads": ort_threads,
             "device_memory": device_memory, "high_watermark": high_watermark, "low_watermark": low_watermark,
             "eviction_policy": eviction_policy, "ram_cache_bytes": ram_cache, "disk_cache_bytes": disk_cache,
-            "tenant_shares": tenant_shares, "tenant_limits": tenant_limits,
+            "tenant_shares": tenant_shares, "tenant_limits": tenant_limits, "plaintext": plaintext, "dev_mode": dev_mode,
         }
         settings = HostdSettings(**{k: v for k, v in overrides.items() if v is not None})
         check_sizes(settings)

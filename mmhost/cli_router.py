@@ -125,6 +125,8 @@ def register(app: typer.Typer) -> None:
         metrics_port: int = setting_option(R, "metrics_port", help="Prometheus port (/metrics), 0 = off"),
         access_log: str = setting_option(R, "access_log"),
         refresh_interval: float = setting_option(R, "refresh_interval_s", "--refresh-interval"),
+        plaintext: bool = setting_option(R, "plaintext", "--plaintext/--tls", help="serve tenants without TLS (demo and "
+                                         "tests); else tls_cert/tls_key are needed"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
@@ -137,6 +139,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "listen": listen, "rest_listen": rest_listen, "redis_url": redis, "tenants_file": tenants, "store": store,
             "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
+            "plaintext": plaintext,
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }
         serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())

@@ -159,8 +159,13 @@ class RouterSettings(BaseSettings):
     )
     tls_key: Path | None = Field(None, description="private key of tls_cert (PEM)")
     tls_client_ca: Path | None = Field(
-        None, description="accept tenant client certificates signed by this CA (SAN URI mmhost://tenant/<t>) "
-        "as an alternative to an API key; unset = API keys only",
+        None, description="tenant client certificates signed by this CA (SAN URI mmhost://tenant/<t>) authenticate "
+        "tenants, as an alternative to an API key: on tls_client_listen when set (listen keeps API keys), else on "
+        "listen, which then requires one (gRPC cannot ask for an optional one); unset = API keys only",
+    )
+    tls_client_listen: str = Field(
+        "", description="with tls_client_ca: a second tenant port (e.g. 0.0.0.0:8443) that requires a tenant "
+        "client certificate, next to listen for API keys; '' = off",
     )
     plaintext: bool = Field(
         False, description="serve tenants without TLS: only for the demo and tests (which set it) or behind a "

@@ -14,6 +14,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ground import tls
 from ground.interceptors import ErrorInterceptor
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
@@ -54,7 +55,14 @@ class Router:
         self.settings = s = settings
         self.clock, self.wall_clock = time.monotonic, time.time  # the only clocks the router reads
         self.metrics = RouterMetrics()
-        self.forwarder = Forwarder(s.max_message_bytes)
+        try:  # no certificates and no plaintext=true, or unusable files: it stops here, before anything starts
+            self.creds = tls.router_credentials(s)
+            self.cert_creds = tls.router_client_cert_credentials(s)  # tls_client_listen: tenant certificates
+            hostd_tls, hostd_options = tls.router_to_hostd(s)
+        except (OSError, ValueError) as e:  # TLSConfigError is a ValueError
+            raise SystemExit(f"router: {e} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
+                             "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
+        self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
         self.cluster = ClusterView()
         self.local = LocalLoad()
         self.keys = KeyIndex()
@@ -97,6 +105,8 @@ class Router:
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None
+        self.health_server: aio.Server | None = None  # health_port: plaintext health alone, for kubelet probes
+        self.cert_port: int | None = None  # tls_client_listen's bound port
         self.rest: RestServer | None = None  # KServe v2 REST (rest_listen), over the same servicer
         self._tasks: list[asyncio.Task] = []
         self._tenants_seen: object = None
@@ -105,6 +115,7 @@ class Router:
     # -- background refreshes -----------------------------------------------------------------------
 
     async def refresh_hosts(self) -> None:
+        await self.forwarder.rotate()  # the client certificate to hostds changed on disk: new channels
         statuses = await self.source.read()
         self.cluster.apply(statuses, self.source.complete)
         self.metrics.hosts_up.set(len(self.cluster.eligible()))
@@ -167,9 +178,14 @@ class Router:
         names = (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
                  health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(s.listen)
+        self.port = tls.add_port(self.server, s.listen, self.creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
+        if self.cert_creds is not None:
+            self.cert_port = tls.add_port(self.server, s.tls_client_listen, self.cert_creds)
+        if s.health_port:
+            self.health_server, _ = tls.health_only_server(self.health, s.listen.rsplit(":", 1)[0], s.health_port)
+            await self.health_server.start()
         for what, fn in (("hosts", self.refresh_hosts), ("tenants", self.refresh_tenants)):
             try:
                 await fn()
@@ -201,6 +217,8 @@ class Router:
             t.cancel()
         if self.server is not None:
             await self.server.stop(2.0)
+        if self.health_server is not None:
+            await self.health_server.stop(0.5)
         await self.dispatcher.stop()
         await self.forwarder.close()
         if self._aredis is not None:

@@ -41,7 +41,7 @@ from protos import grpc_service_pb2 as pb
 from router.accesslog import AccessLog
 from router.admission import Admission
 from router.admission_policy import ShedReason, check_deadline
-from router.auth import KeyIndex, bearer
+from router.auth import AuthError, KeyIndex, cert_tenant
 from router.cluster import ClusterView, model_key
 from router.directory import ModelDirectory, not_found
 from router.dispatcher import Clock, Dispatcher
@@ -91,11 +91,13 @@ class RouterServicer:
     # -- front door -------------------------------------------------------------------------------
 
     def _tenant(self, context: aio.ServicerContext) -> str:
-        tenant = self.keys.tenant(bearer(context.invocation_metadata()))
-        if tenant is None:
+        """An API key, or a tenant client certificate when the router asks for them (router/auth.py)."""
+        cert = cert_tenant(context) if self.settings.tls_client_ca is not None else None
+        try:
+            return self.keys.authenticate(context.invocation_metadata(), cert)
+        except AuthError as e:
             self.metrics.unauthenticated.inc()
-            raise Unauthenticated("missing or invalid API key: send metadata 'authorization: Bearer <key>'")
-        return tenant
+            raise Unauthenticated(str(e)) from None
 
     def _deadline(self, context: aio.ServicerContext, now: float, timeout_us: int | None = None) -> float:
         """The call's absolute deadline on `self.clock` (INF for none): ground/deadlines.py's one rule, for

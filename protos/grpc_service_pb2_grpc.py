@@ -64,6 +64,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=protos_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__service__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=protos_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=protos_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
         self.ModelConfig = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelConfig',
                 request_serializer=protos_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
@@ -130,9 +135,17 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ModelConfig(self, request, context):
+    def ModelStreamInfer(self, request_iterator, context):
         """Triton extensions.
+        A stream of independent infer requests, each answered once as it completes (in any order; responses
+        carry the request id); a failed request is answered with error_message and the stream goes on.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -193,6 +206,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=protos_dot_grpc__service__pb2.ModelInferRequest.FromString,
                     response_serializer=protos_dot_grpc__service__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=protos_dot_grpc__service__pb2.ModelInferRequest.FromString,
+                    response_serializer=protos_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
             ),
             'ModelConfig': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelConfig,
@@ -382,6 +400,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             protos_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
             protos_dot_grpc__service__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            protos_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+            protos_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
             options,
             channel_credentials,
             insecure,

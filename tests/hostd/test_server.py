@@ -225,7 +225,7 @@ def test_concurrent_clients_never_mix_rows(hostd, demo_store, model):
     resps = asyncio.run(_concurrent(hostd.addr, model, xs))
     want = local_mlp(demo_store, np.concatenate(xs), model)
     off = 0
-    for x, resp in zip(xs, resps):
+    for x, resp in zip(xs, resps, strict=True):
         np.testing.assert_allclose(out_array(resp), want[off : off + len(x)], rtol=1e-4, atol=1e-4)
         off += len(x)
     st = hostd.stub.ModelStatistics(pb.ModelStatisticsRequest(name=model)).model_stats[0]
@@ -268,7 +268,8 @@ def test_repository_index_load_unload(hostd):
     ready = {m.name for m in s.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models}
     assert "exported" not in ready
     x = np.ones((2, 16), np.float32)  # lazily loaded again on the next request
-    np.testing.assert_allclose(out_array(s.ModelInfer(infer_req(model="exported", x=x, name="x"))), torch_reference(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out_array(s.ModelInfer(infer_req(model="exported", x=x, name="x"))), torch_reference(x),
+                               rtol=1e-5, atol=1e-6)
     with pytest.raises(grpc.RpcError) as ei:
         s.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="nope"))
     assert ei.value.code() == grpc.StatusCode.NOT_FOUND

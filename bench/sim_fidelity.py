@@ -128,7 +128,7 @@ async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: floa
     start = time.perf_counter()
     t_first = float(wl.ts[0])
     tasks = []
-    for t, m in zip(wl.ts.tolist(), wl.model.tolist()):
+    for t, m in zip(wl.ts.tolist(), wl.model.tolist(), strict=True):
         delay = start + (t - t_first) / speed - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -209,7 +209,7 @@ def main() -> None:
                         "--log-level", "WARNING"], t / "router.log")
         x = np.random.default_rng(0).random((1, IN_DIM), dtype=np.float32)
         try:
-            for p, addr in zip(hostds, addrs):
+            for p, addr in zip(hostds, addrs, strict=True):
                 wait_serving(addr, p)
             wait_serving(raddr, router)
             time.sleep(1.0)  # the router's first view of both hosts (refresh every 0.5 s)
@@ -221,9 +221,9 @@ def main() -> None:
             fwd = (metric(r1, "mmhost_router_forward_seconds_sum") - metric(r0, "mmhost_router_forward_seconds_sum")) / \
                   (metric(r1, "mmhost_router_forward_seconds_count") - metric(r0, "mmhost_router_forward_seconds_count"))
             csum = sum(metric(b, "mmhost_compute_duration_seconds_sum") - metric(a_, "mmhost_compute_duration_seconds_sum")
-                       for a_, b in zip(h0, h1))
+                       for a_, b in zip(h0, h1, strict=True))
             ccount = sum(metric(b, "mmhost_compute_duration_seconds_count") - metric(a_, "mmhost_compute_duration_seconds_count")
-                         for a_, b in zip(h0, h1))
+                         for a_, b in zip(h0, h1, strict=True))
             overhead = max(0.0, fwd - csum / ccount)
 
             scraper = Scraper(mports)
@@ -234,7 +234,7 @@ def main() -> None:
             lat, errors = asyncio.run(replay(raddr, wl, keys, x))
             run_s = time.perf_counter() - t_run
             scraper.finish()
-            real_loads = sum(sum(s[-1].loads.values()) - sum(b.loads.values()) for s, b in zip(scraper.scrapes, base))
+            real_loads = sum(sum(s[-1].loads.values()) - sum(b.loads.values()) for s, b in zip(scraper.scrapes, base, strict=True))
             ram_disk = [s[-1].tiers for s in scraper.scrapes]
         finally:
             stop(router)
@@ -247,7 +247,7 @@ def main() -> None:
         unseen = [k for k in file_bytes if not sizes.get(k)]
         for k in unseen:
             sizes[k] = int(file_bytes[k] * ratio)
-        loads = [smp for host in scraper.scrapes for prev, cur in zip(host, host[1:])
+        loads = [smp for host in scraper.scrapes for prev, cur in zip(host, host[1:], strict=False)
                  if (smp := load_sample(prev, cur, sizes)) is not None]
         all_scrapes = [host[-1] for host in scraper.scrapes]
         batches = batch_samples(all_scrapes)
@@ -294,7 +294,7 @@ def main() -> None:
     print(f"{'':12} {'real':>9} {'sim':>9} {'sim/real':>9}")
     rows = [("hit rate", real_hit * 100, sim_hit * 100, "%"), ("loads", real_loads, sim.loads, ""),
             ("p50 ms", real_p50, sim_p50, ""), ("p99 ms", real_p99, sim_p99, "")]
-    for name, r, s_, unit in rows:
+    for name, r, s_, _unit in rows:
         print(f"{name:12} {r:9.2f} {s_:9.2f} {s_ / r if r else float('nan'):8.2f}x")
     print(f"hit rate gap {abs(sim_hit - real_hit) * 100:.1f} points (target <= 3); p99 off by "
           f"{abs(sim_p99 / real_p99 - 1) * 100:.0f}% (target <= 25%); bench took {time.perf_counter() - t_bench:.0f}s")

@@ -139,7 +139,8 @@ class Hostd:
         try:  # before anything slow: no certificates and no plaintext=true, or unusable files, and it stops here
             creds = tls.hostd_credentials(s)
         except (OSError, ValueError) as e:  # TLSConfigError is a ValueError
-            raise SystemExit(f"hostd: {e} (settings tls_cert, tls_key, tls_client_ca, plaintext; env MMHOST_HOSTD_*)") from None
+            msg = str(e) if str(e).startswith("hostd:") else f"hostd: {e}"
+            raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext; env MMHOST_HOSTD_*)") from None
         # ONNX Runtime's one-time start-up (thread pools, arenas) now, not inside the first cold load.
         # torch is primed on its first model only: hostd stays small until a torch model is asked for.
         await asyncio.get_running_loop().run_in_executor(

@@ -60,7 +60,8 @@ class Router:
             self.cert_creds = tls.router_client_cert_credentials(s)  # tls_client_listen: tenant certificates
             hostd_tls, hostd_options = tls.router_to_hostd(s)
         except (OSError, ValueError) as e:  # TLSConfigError is a ValueError
-            raise SystemExit(f"router: {e} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
+            msg = str(e) if str(e).startswith("router:") else f"router: {e}"
+            raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
         self.cluster = ClusterView()

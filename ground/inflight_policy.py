@@ -20,10 +20,12 @@ the total (a quarter by default), so one tenant never fills the process and othe
   ~250 ms, so a client that honours it stops resending bodies that cannot fit yet (each resend costs the
   server its receipt). It is a hint; the caller's client decides.
 - A bound of 0 turns that bound off.
-- A server that can act before a body arrives (the router's ModelInfer) first acquires
-  `receipt_reservation(budget)` for the call, reads the body, gives the reservation back and acquires the
-  body's real size: a tenant whose bound is full is refused before its next body is received at all, and
-  bodies arriving at once are bounded too, not only bodies held.
+- A server that can act before a body arrives (the router's ModelInfer) first acquires `expected(tenant)`
+  for the call, reads the body, gives that back, `observe`s the body's size and acquires it. `expected` is
+  the size of the tenant's recent bodies (it follows a larger body at once and a smaller one slowly; 1 byte
+  before any): a tenant whose bound is full is refused before its next body is received at all, a tenant of
+  large bodies has at most bound / body size of them arriving at once, and a burst of small requests costs
+  next to nothing and is never refused for it.
 """
 
 from __future__ import annotations
@@ -51,12 +53,6 @@ def budget_of(total: str | int, per_tenant: str | int = "", memory_limit: str | 
     return ByteBudget(total=max(0, t), per_tenant=max(0, pt))
 
 
-def receipt_reservation(budget: ByteBudget) -> int:
-    """What a call whose body is still arriving holds (its size is not known until it is whole): a sixteenth of
-    the tenant's bound (else of the total), so one tenant has at most ~16 bodies arriving at once. 0: none."""
-    return (budget.per_tenant or budget.total) // 16
-
-
 @dataclass(frozen=True, slots=True)
 class Grant:
     granted: bool
@@ -74,6 +70,16 @@ class InflightBytes:
         self.budget = budget
         self.total = 0
         self._by_tenant: dict[str, int] = {}
+        self._expected: dict[str, int] = {}  # tenant -> recent body size (one int per tenant that sent any)
+
+    def expected(self, tenant: str) -> int:
+        """What a body of `tenant`'s that has not arrived yet is expected to hold (1 before any was seen)."""
+        return self._expected.get(tenant, 1)
+
+    def observe(self, tenant: str, n: int) -> None:
+        """A body of `n` bytes arrived: up to it at once, down towards it by an eighth of the gap."""
+        e = self._expected.get(tenant, 0)
+        self._expected[tenant] = max(1, n if n >= e else e - (e - n) // 8)
 
     def of(self, tenant: str) -> int:
         return self._by_tenant.get(tenant, 0)

@@ -5,9 +5,10 @@ forwarding, retries). ModelInfer reads only the routing header (router/header.py
 bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor.
 
 Bounds between tenants (PRODUCT.md, "Trust boundaries"):
-- Bytes in flight: a ModelInfer call is authenticated and reserves a share of its tenant's byte budget before
-  its body is read (`infer_call`: a tenant whose budget is full is refused before its body arrives, and bodies
-  arriving at once are bounded too); once whole, the body's size is charged to its tenant's and the router's
+- Bytes in flight: a ModelInfer call is authenticated and checked against its tenant's byte budget, for a body
+  the size of its recent ones, before its body is read (`infer_call`: a tenant whose budget is full is refused
+  before its body arrives; the router reads at most stream_window_bytes of a body it has not asked for); once
+  whole, the body's size is charged to its tenant's and the router's
   budget (ground/inflight_policy.py), before the catalog check and forwarding, and given back when the answer
   is back; past the budget it is RESOURCE_EXHAUSTED `inflight_bytes` with retry-after-ms, and its bytes are
   dropped at once. Responses are not charged: each belongs to a charged
@@ -33,7 +34,7 @@ from ground import __version__
 from ground.deadlines import deadline_at, remaining_s
 from ground.errors import (Forwarded, InvalidArgument, PermissionDenied, ResourceExhausted, ServingError, Unauthenticated,
                            Unavailable)
-from ground.inflight_policy import InflightBytes, budget_of, receipt_reservation
+from ground.inflight_policy import InflightBytes, budget_of
 from ground.params import param_int
 from ground.settings import RouterSettings
 from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER, Reason
@@ -73,7 +74,6 @@ class RouterServicer:
         self.settings = settings
         self.inflight = inflight or InflightBytes(budget_of(settings.inflight_bytes, settings.tenant_inflight_bytes,
                                                             settings.memory_limit))
-        self._reservation = receipt_reservation(self.inflight.budget)
         self.admission = admission or Admission()
         self.keys, self.directory, self.cluster, self.dispatcher = keys, directory, cluster, dispatcher
         self.metrics, self.access_log = metrics, access_log
@@ -135,25 +135,25 @@ class RouterServicer:
     # -- inference ----------------------------------------------------------------------------------
 
     async def infer_call(self, request_iterator, context: aio.ServicerContext) -> bytes:
-        """ModelInfer as served: the caller is authenticated and a share of its byte budget reserved
-        (receipt_reservation) before its body is read; a tenant whose budget is full is refused before its body
-        arrives. The reservation is given back once the body is whole, and ModelInfer charges its real size."""
+        """ModelInfer as served: the caller is authenticated and its byte budget must have room for a body
+        the size of its recent ones (InflightBytes.expected) before this one is read, so a tenant whose budget is
+        full is refused before its body arrives, and a tenant of large bodies has few arriving at once. Once the
+        body is whole, ModelInfer charges its real size."""
         tenant = self._tenant(context)
-        reserve = self._reservation
-        if reserve:
-            grant = self.inflight.acquire(tenant, reserve)
-            if not grant.granted:
-                self.metrics.requests.labels(tenant, "(unknown)", "RESOURCE_EXHAUSTED").inc()
-                self.metrics.shed.labels(tenant, "(unknown)", Reason.INFLIGHT_BYTES.value).inc()
-                raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
-                                        reason=Reason.INFLIGHT_BYTES.value)
+        reserve = self.inflight.expected(tenant)
+        grant = self.inflight.acquire(tenant, reserve)
+        if not grant.granted:
+            self.metrics.requests.labels(tenant, "(unknown)", "RESOURCE_EXHAUSTED").inc()
+            self.metrics.shed.labels(tenant, "(unknown)", Reason.INFLIGHT_BYTES.value).inc()
+            raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
+                                    reason=Reason.INFLIGHT_BYTES.value)
         try:
             body = await context.read()
         finally:
-            if reserve:
-                self.inflight.release(tenant, reserve)
+            self.inflight.release(tenant, reserve)
         if not isinstance(body, bytes):  # aio.EOF: the call carried no request message
             raise InvalidArgument("ModelInfer needs one request message")
+        self.inflight.observe(tenant, len(body))
         return await self.ModelInfer(body, context, tenant)
 
     async def ModelInfer(self, body: bytes, context: aio.ServicerContext, tenant: str | None = None) -> bytes:

@@ -70,3 +70,19 @@ def test_budgets_from_settings():
     assert budget_of("1GiB", "100MiB").per_tenant == 100 * MB
     with pytest.raises(ValueError):
         budget_of("0.5")  # a fraction of nothing
+
+
+def test_the_expected_body_follows_a_larger_one_at_once_and_a_smaller_one_slowly():
+    b = InflightBytes(ByteBudget(total=0, per_tenant=64 * MB))
+    assert b.expected("a") == 1  # nothing seen yet: "is there room at all"
+    b.observe("a", 8 * MB)
+    assert b.expected("a") == 8 * MB
+    b.observe("a", 1000)
+    assert 7 * MB < b.expected("a") < 8 * MB  # one small body does not make a large-body tenant cheap
+    for _ in range(200):
+        b.observe("a", 1000)
+    assert b.expected("a") < 2000 and b.expected("b") == 1
+    # a large-body tenant: arrivals reserve what bodies hold, so at most bound / size arrive at once
+    b.observe("big", 8 * MB)
+    held = [b.acquire("big", b.expected("big")).granted for _ in range(12)]
+    assert held.count(True) == 8

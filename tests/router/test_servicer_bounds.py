@@ -79,18 +79,39 @@ class ReadingContext(FakeContext):
 
     async def read(self) -> bytes:
         self.reads += 1
+        await asyncio.sleep(0)  # bodies of concurrent calls arrive together
         return self.body
 
 
 def test_a_tenant_whose_budget_is_full_is_refused_before_its_body_is_read():
     rig = Rig()
-    rig.servicer.inflight = InflightBytes(ByteBudget(total=0, per_tenant=1600))
-    rig.servicer._reservation = 100
+    rig.servicer.inflight = InflightBytes(ByteBudget(total=0, per_tenant=10_000))  # bodies of 37 bytes
     ctx = ReadingContext(infer("m"))
     asyncio.run(rig.servicer.infer_call(iter(()), ctx))  # room: read, forwarded, everything given back
-    assert ctx.reads == 1 and len(rig.hosts.calls) == 1 and rig.servicer.inflight.total == 0
-    assert rig.servicer.inflight.acquire("acme", 1550).granted  # acme's other bodies fill its budget
+    burst = [ReadingContext(infer("m")) for _ in range(64)]  # a burst of small requests is never refused
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(rig.servicer.infer_call(iter(()), c) for c in burst))
+
+    asyncio.run(all_at_once())
+    assert ctx.reads == 1 and len(rig.hosts.calls) == 65 and rig.servicer.inflight.total == 0
+    assert rig.servicer.inflight.acquire("acme", 10_000).granted  # acme's other bodies fill its budget
     ctx = ReadingContext(infer("m"))
     with pytest.raises(ResourceExhausted) as e:
         asyncio.run(rig.servicer.infer_call(iter(()), ctx))
-    assert e.value.reason == "inflight_bytes" and ctx.reads == 0 and rig.servicer.inflight.total == 1550
+    assert e.value.reason == "inflight_bytes" and ctx.reads == 0 and rig.servicer.inflight.total == 10_000
+
+
+def test_large_bodies_arriving_at_once_are_bounded_by_the_size_of_the_last_ones():
+    rig = Rig()
+    body = infer("m")
+    rig.servicer.inflight = InflightBytes(ByteBudget(total=0, per_tenant=4 * len(body)))
+    rig.servicer.inflight.observe("acme", len(body))
+    burst = [ReadingContext(body) for _ in range(10)]
+
+    async def all_at_once() -> list:
+        return await asyncio.gather(*(rig.servicer.infer_call(iter(()), c) for c in burst), return_exceptions=True)
+
+    out = asyncio.run(all_at_once())
+    refused = [r for r in out if isinstance(r, ResourceExhausted)]
+    assert len(refused) == 6 and sum(c.reads for c in burst) == 4  # 4 bodies fit; the rest were never read

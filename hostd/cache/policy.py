@@ -284,7 +284,7 @@ def plan_eviction(
                 return EvictionPlan(True, tuple(out), freed)
         else:
             deferred.append(r)
-    if not best_effort:
+    if not best_effort and incoming_tenant is not None:
         g = shares.get(incoming_tenant, none).guaranteed
         if used.get(incoming_tenant, 0) + incoming_bytes > g:
             return EvictionPlan(False, reason="the other tenants' models are within their guaranteed shares")

@@ -13,6 +13,12 @@ Trailing metadata on every error mmhost itself answers (router or hostd):
                        buckets, paths and exception text never reach a tenant; an operator finds them by
                        this id). A router passes a hostd's id on with the hostd's status.
 
+A failed request inside a ModelStreamInfer stream is answered on the stream, not with a status: its
+ModelStreamInferResponse has `error_message` and, in `infer_response.parameters`, the same keys as the
+trailers above plus
+    mmhost-status      the status code's name a unary call would have had (NOT_FOUND, RESOURCE_EXHAUSTED, ...)
+(ground/streaming.py).
+
 An error status that carries no `mmhost-reason` did not come from an mmhost process: the transport
 failed (connection refused or reset, stream torn down) or something in between answered. That is what a
 router treats as "host down" (see router/failover.py).
@@ -34,6 +40,7 @@ TENANT_HEADER = "mmhost-tenant"
 REASON = "mmhost-reason"
 RETRY_AFTER = "retry-after-ms"
 REQUEST_ID = "mmhost-request-id"
+STATUS = "mmhost-status"  # a streamed request's error answer: the status code's name (ground/streaming.py)
 
 # What ServerMetadata advertises, on hostd and router alike (Triton's extension names).
 EXTENSIONS = ("model_repository", "schedule_policy", "model_configuration", "binary_tensor_data", "parameters",

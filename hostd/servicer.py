@@ -26,6 +26,7 @@ from ground.wire import EXTENSIONS, TENANT_HEADER
 from hostd.dataplane import DataPlane
 from hostd.metrics import HostdMetrics
 from hostd.model_config import model_config
+from hostd import streaming
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 
@@ -133,6 +134,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request, context):
         return await self.plane.infer(self._tenant(context), request, context.time_remaining())
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        """Triton's bidirectional streaming: each request answered as it completes (hostd/streaming.py)."""
+        await streaming.serve(self.plane, self._tenant, context)
 
     async def ModelStatistics(self, request, context):
         rows = await self.plane.statistics(self._tenant(context), request.name, request.version)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hostd.core.dispatch import Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
+from hostd.sched_policy import FairUnit
 
 if TYPE_CHECKING:
     from hostd.batcher import ModelRunner
@@ -20,9 +21,12 @@ if TYPE_CHECKING:
 class ExecutionGate:
     def __init__(self, slots: float, weight: Callable[[str], float] = lambda tenant: 1.0,
                  clock: Callable[[], float] = time.monotonic,
-                 on_wait: Callable[[str, float], None] | None = None) -> None:
-        """`slots`: batches running at once on the host (math.inf: no host-wide limit)."""
-        self.core = Dispatcher(ExecutionSlots(slots, weight), lambda runner, n: runner.cost_estimate())
+                 on_wait: Callable[[str, float], None] | None = None, *, per_model: int = 0,
+                 unit: FairUnit = "tenant") -> None:
+        """`slots`: batches running at once on the host (math.inf: no host-wide limit); `per_model`: slots
+        one model may hold (0 = all but one); `unit`: the fairness unit (hostd.sched_policy)."""
+        self.core = Dispatcher(ExecutionSlots(slots, weight, per_model=per_model, unit=unit),
+                               lambda runner, n: runner.cost_estimate())
         self._clock = clock
         self._on_wait = on_wait
 

@@ -1,7 +1,8 @@
 """A host's batch dispatch: every model's queue (core/queue.py) and the host's execution slots
 (core/slots.py), tied together. This is the loop both shells used to write around the batch policy:
-plan a model's queue; a batch that may run asks for a slot; when a slot is granted, the batch is formed
-then (it may have grown while waiting) and started; a finished batch frees its executor and its slot.
+plan a model's queue; a batch that may run asks for a slot (for its model: the slots keep one free for other
+models, and share by tenant, then model); when a slot is granted, the batch is formed then (it may have grown
+while waiting) and started; a finished batch frees its executor and its slot.
 
 Plan -> execute -> commit: `kick` and `finish` return a Step (batches started, requests expired or
 rejected, when to plan again, slot waits); the shell executes it (hostd: worker threads and futures; sim:
@@ -74,7 +75,7 @@ class Dispatcher:
         e.queue.finish(requests)
         if e.removed and e.queue.inflight == 0:
             del self._models[model]
-        self.slots.release()
+        self.slots.release(model)
         self._grant(now, step)
         self._kick(model, now, step)
         return step
@@ -96,7 +97,8 @@ class Dispatcher:
                 if d.wake_at is not None:
                     step.wake[model] = d.wake_at
                 break
-            token = self.slots.request(e.tenant, q.pending[d.run[0]].priority, self._cost(model, len(d.run)), now)
+            token = self.slots.request(e.tenant, q.pending[d.run[0]].priority, self._cost(model, len(d.run)), now,
+                                       model)
             e.asking = token
             self._asking[token] = model
             self._grant(now, step, (token, d))
@@ -122,7 +124,7 @@ class Dispatcher:
         if d is None:
             d = self._plan(model, q, now, step) if (q.pending and q.free > 0) else None
         if d is None or not d.run:
-            self.slots.release()  # nothing to run after all (expired, cancelled, or waiting to fill)
+            self.slots.release(model)  # nothing to run after all (expired, cancelled, or waiting to fill)
             self._grant(now, step)
             return
         q.start(d.run)

@@ -53,3 +53,31 @@ def test_priority_one_first_within_a_tenant():
 
 def test_empty():
     assert FairShare().choose([]) is None
+
+
+def test_unit_model_shares_a_tenants_slots_among_its_models():
+    hot = [SlotRequest(seq=i, tenant="t", arrival=i, model="hot") for i in range(50)]
+    quiet = SlotRequest(seq=999, tenant="t", arrival=60, model="quiet")
+    by_model = FairShare(unit="model")
+    run(by_model, list(hot), {}, 10)  # the hot model has been served a lot within its tenant
+    assert by_model.choose(hot[10:] + [quiet]) is quiet  # next, though it arrived last
+    by_tenant = FairShare(unit="tenant")
+    run(by_tenant, list(hot), {}, 10)
+    assert by_tenant.choose(hot[10:] + [quiet]) is hot[10]  # unit tenant: arrival order within the tenant
+
+
+def test_unit_model_keeps_tenant_weights_first():
+    a = [SlotRequest(seq=i, tenant="a", arrival=0, model=f"a{i % 3}") for i in range(300)]
+    b = [SlotRequest(seq=1000 + i, tenant="b", arrival=0, model="b") for i in range(300)]
+    order = run(FairShare(unit="model"), a + b, {"a": 3.0, "b": 1.0}, 200)
+    assert abs(sum(r.tenant == "a" for r in order) / len(order) - 0.75) < 0.02
+    models = [r.model for r in order if r.tenant == "a"]
+    assert max(models.count(m) for m in ("a0", "a1", "a2")) - min(models.count(m) for m in ("a0", "a1", "a2")) <= 1
+
+
+def test_per_model_cap_keeps_one_slot_for_other_models():
+    from hostd.sched_policy import per_model_cap
+
+    assert per_model_cap(1) == 1 and per_model_cap(2) == 1 and per_model_cap(4) == 3
+    assert per_model_cap(float("inf")) == float("inf")
+    assert per_model_cap(4, 4) == 4 and per_model_cap(4, 9) == 4 and per_model_cap(4, 2) == 2

@@ -72,3 +72,34 @@ def test_a_model_removed_while_running_frees_its_slot_for_others():
     d.remove("quiet-m")  # running: it stays until its batch finishes
     step = d.finish("quiet-m", 1, 1.0)
     assert step.started == [] and q["quiet-m"].inflight == 0 and d.slots.free == 1 and d.slots.waiting == 0
+
+
+def _light_beside_noisy(per_model: int, unit: str) -> int:
+    """Noisy (3 executors, a deep backlog) and light models of ONE tenant on 2 slots; the light model's
+    request arrives while the noisy model holds what it can. Returns the noisy batches started between the
+    light request's arrival and its start."""
+    d = Dispatcher(ExecutionSlots(2, per_model=per_model, unit=unit), cost=lambda model, n: 1.0)
+    noisy, light = ModelQueue(BatchConfig(max_batch_size=1), 3), ModelQueue(BatchConfig(max_batch_size=1), 1)
+    d.add("noisy", noisy, "t")
+    d.add("light", light, "t")
+    for i in range(40):
+        noisy.add(Pending(seq=i, arrival=0.0))
+    running = [m for m, _ in d.kick("noisy", 0.0).started]
+    light.add(Pending(seq=1000, arrival=0.5))
+    started = [m for m, _ in d.kick("light", 0.5).started]
+    now, behind = 1.0, 0
+    while "light" not in started:
+        behind += started.count("noisy")
+        running += started
+        started = [m for m, _ in d.finish(running.pop(0), 1, now).started]
+        now += 1.0
+    return behind
+
+
+def test_light_model_never_waits_behind_more_than_one_noisy_batch():
+    assert _light_beside_noisy(per_model=0, unit="model") == 0  # the kept slot: it starts at once
+    # every slot to one model: it waits for the first running batch to end, then goes next, by fairness
+    assert _light_beside_noisy(per_model=2, unit="model") == 0
+    # the old order (every slot to one model, arrival order within the tenant) starts the backlog's waiting
+    # batch first: the light request waits for a running batch AND a whole new one; the measure sees it
+    assert _light_beside_noisy(per_model=2, unit="tenant") == 1

@@ -73,3 +73,19 @@ def test_slots_without_a_host_limit_grant_everything():
     for _ in range(10):
         slots.request("t", 1, 0.1, now=0.0)
     assert len(slots.grant()) == 10
+
+
+def test_one_model_never_holds_every_slot():
+    slots = ExecutionSlots(2)  # auto cap: all but one
+    for _ in range(4):
+        slots.request("t", 1, 1.0, now=0.0, model="noisy")
+    assert [g.model for g in slots.grant()] == ["noisy"]  # one slot stays free while noisy has work
+    slots.request("t", 1, 1.0, now=0.1, model="light")
+    assert [g.model for g in slots.grant()] == ["light"]  # light starts at once, no batch to wait for
+    slots.release("noisy")
+    assert [g.model for g in slots.grant()] == ["noisy"]
+    assert slots.held("noisy") == 1 and slots.held("light") == 1
+    full = ExecutionSlots(2, per_model=2)  # the operator's choice: a model may take every slot
+    for _ in range(3):
+        full.request("t", 1, 1.0, now=0.0, model="noisy")
+    assert len(full.grant()) == 2

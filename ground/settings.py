@@ -79,11 +79,14 @@ class HostdSettings(BaseSettings):
     )
     preload: bool = Field(False, description="load every stored model at start instead of on first request")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present")
-    ort_intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = runtime default")
+    ort_intra_op_threads: int = Field(
+        0, ge=0, description="ONNX Runtime intra-op threads per session; 0 = auto: cores // execution_slots on CPU "
+        "(running batches never oversubscribe the cores), 1 on a GPU. A value that would oversubscribe is lowered",
+    )
     ort_spinning: bool = Field(
         False, description="let ONNX Runtime's intra-op threads spin between runs (lower latency on an idle, dedicated machine)"
     )
-    torch_threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch default")
+    torch_threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = auto, as ort_intra_op_threads")
     default_max_batch_size: int = Field(
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"
     )
@@ -115,7 +118,17 @@ class HostdSettings(BaseSettings):
         "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget'
     )
     failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
-    execution_slots: int = Field(0, ge=0, description="batches running on the device at once; 0 = auto (CPU cores, or 4 on a GPU)")
+    execution_slots: int = Field(
+        0, ge=0, description="batches running on the device at once; 0 = auto (min(CPU cores, 4), or 4 on a GPU)",
+    )
+    execution_slots_per_model: int = Field(
+        0, ge=0, description="slots one model may hold at once; 0 = auto: all but one when there are 2 or more, so "
+        "another model's work finds a slot free (batches are not preempted)",
+    )
+    fair_unit: Literal["tenant", "model"] = Field(
+        "model", description="what shares the execution slots fairly: tenant (by weight; a tenant's models in "
+        "priority and arrival order), or model (by tenant weight, then equally among a tenant's models)",
+    )
     tenant_limits: str = Field(
         "", description="embedded mode: tenant limits from a file, re-read when it changes: the routers' tenants "
         "file (mmhost tenant --tenants FILE) or {tenant: {tier, weight, instances, ...}}",

@@ -33,6 +33,7 @@ from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import DeviceSpec
+from hostd.core.sizing import ExecutionPlan, plan_execution
 from hostd.runtimes.registry import prepare_runtime
 from hostd.servicer import InferenceServicer
 from ground.manifest import ModelFormat
@@ -51,8 +52,16 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
     kind = settings.device
     if kind == "auto":
         kind = "cuda" if cuda_available() else "cpu"
-    return DeviceSpec(kind=kind, ort_intra_op_threads=settings.ort_intra_op_threads, ort_spinning=settings.ort_spinning,
-                      torch_threads=settings.torch_threads)
+    plan = execution_plan(settings, kind)
+    # the plan's threads: the settings, lowered when slots x threads would oversubscribe the cores
+    return DeviceSpec(kind=kind, ort_intra_op_threads=plan.threads, ort_spinning=settings.ort_spinning,
+                      torch_threads=plan.threads)
+
+
+def execution_plan(settings: HostdSettings, kind: str) -> ExecutionPlan:
+    """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py)."""
+    threads = settings.ort_intra_op_threads or settings.torch_threads
+    return plan_execution(os.cpu_count() or 1, kind, settings.execution_slots, threads)
 
 
 class Hostd:
@@ -80,10 +89,13 @@ class Hostd:
         self.tenant_source = (tenant_limits.RedisLimits(heartbeat.redis_url, settings.tenants_prefix)
                               if heartbeat is not None and heartbeat.redis_url
                               else tenant_limits.FileLimits(settings.tenant_limits) if settings.tenant_limits else None)
-        slots = settings.execution_slots or (4 if self.device.kind == "cuda" else max(1, os.cpu_count() or 1))
+        plan = execution_plan(settings, self.device.kind)
+        if plan.note:
+            log.warning("execution: %s", plan.note)
         self.gate = ExecutionGate(
-            slots, self.tenants.weight,
+            plan.slots, self.tenants.weight,
             on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),
+            per_model=settings.execution_slots_per_model, unit=settings.fair_unit,
         )
         self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe)
         self.manager = ModelManager(

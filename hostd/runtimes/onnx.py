@@ -43,6 +43,10 @@ def _session(source: Path | bytes, device: DeviceSpec):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    # hostd passes the plan's threads (hostd/core/sizing.py: slots x threads <= cores); 0 = ORT's default
+    # (one per physical core), which oversubscribes the cores as soon as two batches run at once.
+    # On CUDA each session runs on a compute stream of its own (the CUDA provider's default), so batches of
+    # different models overlap on the device; runs of one session (its instances) share its stream.
     if device.ort_intra_op_threads:
         so.intra_op_num_threads = device.ort_intra_op_threads
     so.inter_op_num_threads = 1

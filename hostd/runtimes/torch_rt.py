@@ -5,7 +5,9 @@ plain torch.save pickles are refused before they reach here (see registry.detect
 from __future__ import annotations
 
 import io
+import queue
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,8 @@ _threads_set = threading.Lock()
 
 
 def _torch(device: DeviceSpec):
+    """torch, with its intra-op threads set to the host's plan (hostd/core/sizing.py: slots x threads <= cores;
+    the setting is process-wide, and each running batch's thread gets a team of that size)."""
     import torch
 
     with _threads_set:
@@ -100,19 +104,38 @@ class TorchModel(LoadedModel):
         else:
             ep = _load_export(source)
             self._fn = ep.module().to(self._dev)
+        # On a GPU, one CUDA stream per instance: each concurrent run (at most the model's instances) takes a
+        # stream of its own from this pool, so instances' kernels overlap instead of queueing on one stream.
+        self._streams: queue.SimpleQueue = queue.SimpleQueue()
+        self.streams_made = 0
+
+    def _stream(self):
+        try:
+            return self._streams.get_nowait()
+        except queue.Empty:
+            self.streams_made += 1
+            return self._torch.cuda.Stream(device=self._dev)
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         torch = self._torch
-        args = [torch.from_numpy(np.require(inputs[n], requirements=["C", "W"])).to(self._dev) for n in self._input_names]
-        with torch.inference_mode():
-            res = self._fn(*args)
-        if isinstance(res, torch.Tensor):
-            res = (res,)
-        if isinstance(res, dict):
-            res = tuple(res[n] for n in self._output_names)
-        if len(res) != len(self._output_names):
-            raise RuntimeError(f"model returned {len(res)} outputs, the manifest declares {len(self._output_names)}")
-        out = {n: r.detach().to("cpu").numpy() for n, r in zip(self._output_names, res, strict=True)}
+        stream = self._stream() if self.device.kind == "cuda" else None
+        try:
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                args = [torch.from_numpy(np.require(inputs[n], requirements=["C", "W"])).to(self._dev)
+                        for n in self._input_names]
+                with torch.inference_mode():
+                    res = self._fn(*args)
+                if isinstance(res, torch.Tensor):
+                    res = (res,)
+                if isinstance(res, dict):
+                    res = tuple(res[n] for n in self._output_names)
+                if len(res) != len(self._output_names):
+                    raise RuntimeError(f"model returned {len(res)} outputs, the manifest declares {len(self._output_names)}")
+                # .to("cpu") waits for this stream's work: the batch is done when run returns
+                out = {n: r.detach().to("cpu").numpy() for n, r in zip(self._output_names, res, strict=True)}
+        finally:
+            if stream is not None:
+                self._streams.put(stream)
         return {n: out[n] for n in (outputs or self._output_names)}
 
     def close(self) -> None:

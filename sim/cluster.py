@@ -2,9 +2,10 @@
 device cache (byte budget, eviction policy, shares) and each model's lifecycle (single-flight loads; a
 load with no room is shed), kept together by the core's Residency; each model's queue (batches formed by
 hostd.batch_policy.decide over its executors); and the host's execution slots (fair across tenants,
-hostd.sched_policy), tied to the queues by the core's Dispatcher. What the simulator adds is only the cost
-model (sim/costs.py: load and batch times, one loader at a time per host) and the virtual clock
-(sim/engine.py). Latency = completion - arrival; shed requests never run.
+hostd.sched_policy: by tenant, then model; one model holds at most all slots but one), tied to the queues by
+the core's Dispatcher. What the simulator adds is only the cost model (sim/costs.py: load and batch times,
+one loader at a time per host; optionally CPU contention, ClusterConfig.cores and threads) and the virtual
+clock (sim/engine.py). Latency = completion - arrival; shed requests never run.
 
 Hooks (adapters for the router's side):
 - admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
@@ -27,6 +28,7 @@ from hostd.core.queue import ModelQueue
 from hostd.core.residency import Residency
 from hostd.core.dispatch import Cost, Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
+from hostd.sched_policy import FairUnit
 from sim.costs import CostModel
 from sim.engine import EventLoop
 from sim.stats import SimResult, TenantStats
@@ -49,6 +51,13 @@ class ClusterConfig:
     # hostd's execution_slots). 0: no host-wide limit, every model's executors run at once.
     slots: int = 0
     weights: Mapping[str, float] | None = None  # tenant weights for the slots' fair share (default 1)
+    per_model_slots: int = 0  # slots one model may hold (hostd's execution_slots_per_model; 0 = all but one)
+    fair_unit: FairUnit = "model"  # hostd's fair_unit: tenant, or model within a tenant
+    # CPU contention (0 = off: a batch takes the cost model's time whatever else runs). With `cores`, a batch
+    # started while running batches' threads (each `threads`, hostd's intra-op threads) exceed the cores is
+    # slowed by (running batches x threads) / cores: the cost of slots x threads > cores.
+    cores: int = 0
+    threads: int = 1
     max_queue: int = 1024
     deadline_s: float = math.inf  # per request, from arrival
     host_ram_bytes: int = 0
@@ -73,8 +82,10 @@ class SimHost:
         self.cache = DeviceCache(cfg.device_bytes, cfg.high, cfg.low, cfg.policy, cfg.shares)
         self.residency = Residency(self.cache)
         weights = dict(cfg.weights or {})
-        slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0))
+        slots = ExecutionSlots(cfg.slots or math.inf, lambda t: weights.get(t, 1.0), per_model=cfg.per_model_slots,
+                               unit=cfg.fair_unit)
         self.dispatch = Dispatcher(slots, cost)
+        self.running = 0  # batches running (CPU contention)
         self.tiers = Tiers(cfg.host_ram_bytes)
         self.models: dict[int, HostedModel] = {}  # loading or ready
         self.loader_free_at = 0.0
@@ -235,8 +246,13 @@ class Cluster:
         for m, s in step.rejected:
             del self._arrival[s]
             self._shed(self._tenant_of[m], "queue_timeout")
+        cores, threads = self.cfg.cores, self.cfg.threads
         for m, seqs in step.started:
-            self.loop.after(self.costs.batch_seconds(self.wl.models[m].key, len(seqs)), self._batch_done, host, m, seqs)
+            t = self.costs.batch_seconds(self.wl.models[m].key, len(seqs))
+            host.running += 1
+            if cores:
+                t *= max(1.0, host.running * threads / cores)
+            self.loop.after(t, self._batch_done, host, m, seqs)
         for m, at in step.wake.items():
             hm = host.models.get(m)
             if hm is not None and at < hm.wake_at:
@@ -257,6 +273,7 @@ class Cluster:
         extra = self.costs.request_overhead_s
         for s in seqs:
             lat.append(now - self._arrival.pop(s) + extra)
+        host.running -= 1
         self._apply(host, host.dispatch.finish(m, len(seqs), now))
         hm = host.models.get(m)
         if hm is not None:

@@ -54,6 +54,12 @@ class SimConfig(BaseModel):
     executors_per_model: int = Field(1, ge=1)
     slots: int = Field(0, ge=0, description="host-wide execution slots (batches at once, fair across tenants); "
                        "0: no host-wide limit")
+    per_model_slots: int = Field(0, ge=0, description="slots one model may hold (hostd's "
+                                 "execution_slots_per_model); 0: all but one")
+    fair_unit: Literal["tenant", "model"] = Field("model", description="hostd's fair_unit")
+    cores: int = Field(0, ge=0, description="CPU cores per host for the contention model (batches slow down when "
+                       "running batches x threads exceed them); 0: off")
+    threads: int = Field(1, ge=1, description="intra-op threads per running batch (hostd's ort_intra_op_threads)")
     max_queue: int = Field(1024, ge=1)
     deadline_s: float | None = Field(None, gt=0)
 
@@ -88,6 +94,7 @@ class SimConfig(BaseModel):
             shares=self.share_map(), pinned=tuple(self.pinned),
             batch=BatchConfig(max_batch_size=self.max_batch_size, max_queue_delay=self.max_queue_delay_s),
             executors_per_model=self.executors_per_model, slots=self.slots, max_queue=self.max_queue,
+            per_model_slots=self.per_model_slots, fair_unit=self.fair_unit, cores=self.cores, threads=self.threads,
             deadline_s=self.deadline_s or float("inf"), host_ram_bytes=self.host_ram_bytes,
         )
 

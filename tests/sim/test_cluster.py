@@ -101,3 +101,34 @@ def test_host_execution_slots_share_the_device_by_tenant_weight():
     weighted = last_done({"gold": 3.0})
     # gold gets 3 batches for each of plain's: its 300 are done after 400 batches; plain finishes last
     assert weighted["gold"] == pytest.approx(4.0, abs=0.03) and weighted["plain"] == pytest.approx(6.0, abs=0.02)
+
+
+def _noisy_beside_light(**cfg):
+    """A noisy model (2 executors, 640 requests at t=2, 10 ms per batch of up to 32) and a light model
+    (0.1 ms per batch, one request every 50 ms) on one host with 2 slots; both loaded by t=2."""
+    specs = [ModelSpec("noisy/m/1", "noisy", 10), ModelSpec("light/m/1", "light", 10)]
+    light_ts = [2.0005 + 0.05 * k for k in range(4)]
+    times = [0.0, 0.0] + [2.0] * 640 + light_ts
+    models = [0, 1] + [0] * 640 + [1] * len(light_ts)
+    order = np.argsort(times, kind="stable")
+    wl = Workload(specs, np.array(times)[order], np.array(models, dtype=np.int64)[order])
+    costs = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                      compute_default=ComputeCost(0.010, 0.0), compute={"light/m/1": ComputeCost(0.0001, 0.0)})
+    r = run_cluster(wl, ClusterConfig(device_bytes=1000, slots=2, executors_per_model=2, **cfg), costs)
+    noisy_done = max(2.0 + x for x in r.tenants["noisy"].latencies[1:])
+    return max(r.tenants["light"].latencies[1:]), noisy_done
+
+
+def test_a_light_model_beside_a_saturating_one_on_the_host_core():
+    kept, _ = _noisy_beside_light()  # hostd's default: one slot kept for other models
+    assert kept == pytest.approx(0.0001)  # the light model never waits for a noisy batch
+    every, noisy_done = _noisy_beside_light(per_model_slots=2)  # the noisy model may take both slots
+    assert 0.0001 < every <= 0.010 + 0.0001  # it waits for a running batch, at most one
+    _, capped_done = _noisy_beside_light()
+    assert capped_done > noisy_done  # what the kept slot costs a model with 2 executors: half the slots
+
+
+def test_cpu_contention_slots_times_threads_over_the_cores():
+    sized, _ = _noisy_beside_light(cores=2, threads=1)  # 2 slots x 1 thread on 2 cores: no slowdown
+    over, _ = _noisy_beside_light(cores=2, threads=2)  # 2 slots x 2 threads: batches beside others run 2x slower
+    assert sized == pytest.approx(0.0001) and over == pytest.approx(0.0002)

@@ -6,7 +6,8 @@ Drives hostd's real code in-process (runtimes, NVML probe, device cache and evic
      used memory checked against the budget after every load;
   3. how much NVML-measured memory unloading returns (target >= 95%);
   4. host-to-device bandwidth: pinned and pageable torch copies, and our model load (bytes / seconds)
-     as a fraction of the pinned bandwidth (target >= 50%).
+     as a fraction of the pinned bandwidth (target >= 50%);
+  5. execution: 4 slots, 1 CPU thread per session, one CUDA stream per instance (torch; ORT: per session).
 Runs in well under 5 minutes. ONNX models use ONNX Runtime's CUDA provider when this onnxruntime has it;
 otherwise TorchScript models on torch CUDA (and the output says the ORT CUDA path was not checked).
 
@@ -187,9 +188,42 @@ def main() -> int:
         print(f"\n4. host-to-device: pinned {pinned / 1e9:.1f} GB/s, pageable {pageable / 1e9:.1f} GB/s; "
               f"model load (deserialize + upload + warm-up) {ours / 1e9:.2f} GB/s = {ours / pinned * 100:.1f}% of pinned "
               f"(target >= 50%): {'ok' if ours >= 0.5 * pinned else 'MISSED'}")
+    failures += streams_check(tmp_dir=None)
     print(f"\ngpu_check finished in {time.perf_counter() - t_start:.0f}s; "
           + ("all checks ok" if not failures else "FAILED: " + "; ".join(failures)))
     return 1 if failures else 0
+
+
+def streams_check(tmp_dir: str | None) -> list[str]:
+    """5. Execution on a GPU (hostd/core/sizing.py): 4 slots, 1 CPU thread per session, and one CUDA stream per
+    instance: a torch model run by 2 instances at once uses 2 streams of its own (not the default stream), and
+    answers as run alone. ONNX Runtime's CUDA provider gives each session (each model) its own stream."""
+    import concurrent.futures as cf
+
+    import numpy as np
+    from ground.manifest import ModelFormat
+    from hostd.core.sizing import plan_execution
+    from hostd.runtimes.base import DeviceSpec
+    from hostd.runtimes.torch_rt import TorchModel
+    from mmhost.demo_models import build_torchscript, torch_manifest
+
+    plan = plan_execution(2, "cuda")
+    with tempfile.TemporaryDirectory(dir=tmp_dir) as tmp:
+        p = Path(tmp) / "streams.pt"
+        build_torchscript(p, in_dim=1024, out_dim=1024, hidden=4096)
+        m = torch_manifest("gpu", "streams", "1", ModelFormat.TORCHSCRIPT, "model.pt", in_dim=1024, out_dim=1024)
+        model = TorchModel(p, m, DeviceSpec(kind="cuda", index=0, torch_threads=plan.threads))
+        x = {m.inputs[0].name: np.random.default_rng(0).random((256, 1024), dtype=np.float32)}
+        ref = model.run(x, [])
+        with cf.ThreadPoolExecutor(2) as pool:  # 2 instances at once, many times
+            outs = list(pool.map(lambda _: model.run(x, []), range(64)))
+        same = all(np.allclose(o[k], ref[k], atol=1e-4) for o in outs for k in ref)
+        ok = plan.slots == 4 and plan.threads == 1 and 1 <= model.streams_made <= 2 and same
+        print(f"\n5. execution on a GPU: {plan.slots} slots x {plan.threads} CPU thread per session; torch model, 2 "
+              f"instances at once: {model.streams_made} CUDA streams of its own (one per instance, never the default "
+              f"stream), answers equal to a lone run: {same}: {'ok' if ok else 'FAILED'}")
+        model.close()
+    return [] if ok else ["one CUDA stream per instance"]
 
 
 if __name__ == "__main__":

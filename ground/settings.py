@@ -210,6 +210,16 @@ class RouterSettings(BaseSettings):
     catalog_prefix: str = Field("mmhost:catalog:", description="Redis key prefix of the catalog index")
     tenants_prefix: str = Field("mmhost:tenants:", description="Redis key prefix of the tenant registry")
     heartbeat_prefix: str = Field("mmhost:hosts:", description="Redis key prefix of hostd heartbeats")
+    fleet_quotas: bool = Field(
+        True, description="Redis mode: tenants' rate and concurrency limits hold across all routers together "
+        "(router/quota_policy.py); false = each router enforces them in full, as in embedded mode",
+    )
+    quota_prefix: str = Field("mmhost:quota:", description="Redis key prefix of fleet quotas (buckets, live routers)")
+    quota_timeout_s: float = Field(
+        0.25, gt=0, description="a Redis call for a token lease taking longer: this router falls back to its share "
+        "of each limit (limit / routers seen) until Redis answers again",
+    )
+    quota_router_ttl_s: float = Field(3.0, gt=0, description="a router not heard from this long no longer counts")
     refresh_interval_s: float = Field(0.5, gt=0, description="how often the host view and tenants refresh")
     poll_timeout_s: float = Field(1.0, gt=0, description="static mode: Status call timeout per host")
     catalog_ttl_s: float = Field(5.0, ge=0, description="how long a catalog lookup is reused")

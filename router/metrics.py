@@ -33,4 +33,7 @@ class RouterMetrics:
                                        registry=r)
         self.view_refresh_errors = Counter("mmhost_router_view_refresh_errors_total",
                                            "Failed refreshes of the host view or tenants", ["what"], registry=r)
+        self.quota_mode = Gauge("mmhost_router_quota_mode", "Redis mode: 1 on how tenant limits hold now: fleet "
+                                "(across all routers, through Redis) or local (Redis unreachable: limit / routers seen)",
+                                ["mode"], registry=r)
         register_process_collectors(r)

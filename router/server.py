@@ -9,6 +9,7 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,6 +27,7 @@ from router.auth import KeyIndex
 from router.cluster import ClusterView, HeartbeatReader, StaticHosts
 from router.directory import ModelDirectory
 from router.dispatcher import Dispatcher
+from router.fleet_quota import FleetQuota
 from router.failover import RetryBudget
 from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
@@ -70,6 +72,7 @@ class Router:
         self.admission = Admission()
         self.access_log = AccessLog.open(s.access_log)
         self._aredis = None
+        self._quota_redis = None  # fleet quotas: a client of their own, with the tight timeout
         self.tenants: TenantRegistry
         self.tenant_feed: TenantFeed | None = None
         if s.redis_url:
@@ -84,6 +87,12 @@ class Router:
             self.tenant_feed = TenantFeed(RedisTenants(connect_redis(s.redis_url, timeout_s=1.0), s.tenants_prefix),
                                           TenantStore.open(s.store, s3) if s.store else None)
             self._aredis = aredis.Redis.from_url(s.redis_url, socket_timeout=2, socket_connect_timeout=2)
+            if s.fleet_quotas:  # tenants' limits across all routers together (router/quota_policy.py)
+                self._quota_redis = aredis.Redis.from_url(s.redis_url, socket_timeout=s.quota_timeout_s,
+                                                          socket_connect_timeout=s.quota_timeout_s)
+                self.admission = Admission(fleet=FleetQuota(
+                    self._quota_redis, s.quota_prefix, uuid.uuid4().hex, self.clock, self.metrics.quota_mode,
+                    timeout_s=s.quota_timeout_s, router_ttl_s=s.quota_router_ttl_s))
             self.source = HeartbeatReader(self._aredis, s.heartbeat_prefix)
             catalog = open_catalog(s, s3, sync)
         else:
@@ -193,6 +202,9 @@ class Router:
             except Exception as e:  # noqa: BLE001 - the background loop keeps trying
                 log.warning("initial %s refresh failed: %s", what, e)
             self._tasks.append(asyncio.get_running_loop().create_task(self._every(what, fn)))
+        if self.admission.fleet is not None:  # counts the live routers; brings a router back from local to fleet
+            await self.admission.fleet.heartbeat()
+            self._tasks.append(asyncio.get_running_loop().create_task(self._every("quota", self.admission.fleet.heartbeat)))
         self._tasks.append(asyncio.get_running_loop().create_task(self._flush_access_log()))
         if s.metrics_port:
             self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
@@ -224,6 +236,9 @@ class Router:
         await self.forwarder.close()
         if self._aredis is not None:
             await self._aredis.aclose()
+        if self.admission.fleet is not None and self._quota_redis is not None:
+            await self.admission.fleet.leave()
+            await self._quota_redis.aclose()
         self.access_log.close()
         if self.metrics_http is not None:
             self.metrics_http.close()

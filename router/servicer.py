@@ -174,6 +174,7 @@ class RouterServicer:
             charged = len(body)
             await self.directory.check(tenant, model, version)
             known = True
+            await self.admission.ready(tenant)  # Redis mode: the tenant's fleet token lease, topped up when low
             self._admit(tenant, model, version, deadline)
             try:
                 resp, host = await self.dispatcher.forward(tenant, model, version, "ModelInfer", body,

@@ -1,0 +1,147 @@
+"""Fleet-wide quotas with real processes: three routers sharing one Redis hold a tenant to its rate in total
+(not rate x 3), and with Redis stopped each router falls back to its share (rate / 3) and says so in
+`mmhost_router_quota_mode`. Uses its own redis-server (stopped halfway), a local model store and one hostd."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from catalog.index import RedisCatalog, connect_redis
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest
+from router.fleet_quota import TAKE
+from router.tenants import RedisTenants
+from storage_adapters import open_storage
+from tests.hostd_proc import HostdProc, metric_value
+from tests.router.conftest import IN_DIM, auth, infer_request
+from tests.router.router_proc import RouterProc
+from tests.servers import RedisServer
+
+RATE, BURST = 50, 5
+
+
+def test_the_lua_bucket_grants_the_burst_then_says_how_long_to_wait(redis_server):
+    r = connect_redis(redis_server.url)
+    take = r.register_script(TAKE)
+    key = f"q{uuid.uuid4().hex[:8]}:bucket:acme"
+    got, wait = take(keys=[key], args=[10, 5, 3])
+    assert (int(got), float(wait)) == (3, 0.0)
+    got, wait = take(keys=[key], args=[10, 5, 3])
+    assert int(got) == 2 and 0.25 < float(wait) <= 0.3  # 3 more tokens at 10/s, less what refilled meanwhile
+    assert 0 < r.pttl(key) <= 1500
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")
+    store = str(tmp_path / "store")
+    build_onnx_mlp(tmp_path / "m.onnx", (IN_DIM, 16, 4))
+    repo = ModelRepository(open_storage(store))
+    publish_version(repo, onnx_manifest("acme", "mlp", "1", tmp_path / "m.onnx", "model.onnx"),
+                    {"model.onnx": tmp_path / "m.onnx"})
+    tag = uuid.uuid4().hex[:8]
+    env = {"MMHOST_HOSTD_HEARTBEAT_PREFIX": f"f{tag}:hosts:", "MMHOST_ROUTER_HEARTBEAT_PREFIX": f"f{tag}:hosts:",
+           "MMHOST_HOSTD_HEARTBEAT_INTERVAL_S": "0.2", "MMHOST_HOSTD_HEARTBEAT_TTL_S": "1.5",
+           "MMHOST_ROUTER_TENANTS_PREFIX": f"f{tag}:tenants:", "MMHOST_ROUTER_CATALOG_PREFIX": f"f{tag}:catalog:",
+           "MMHOST_ROUTER_QUOTA_PREFIX": f"f{tag}:quota:"}
+    key = RedisTenants(connect_redis(redis.url), f"f{tag}:tenants:").create("acme", "standard",
+                                                                           {"rate": RATE, "burst": BURST})
+    RedisCatalog(connect_redis(redis.url), repo, f"f{tag}:catalog:").rebuild()
+    hostd = HostdProc(store, tmp_path, env=env, args=["--redis", redis.url], tenant="nobody")
+    args = ["--redis", redis.url, "--store", store, "--refresh-interval", "0.2"]
+    with ThreadPoolExecutor(3) as ex:
+        routers = list(ex.map(lambda _: RouterProc(tmp_path, args, env=env), range(3)))
+    yield redis, routers, key, f"f{tag}:quota:"
+    for r in routers:
+        r.stop()
+    hostd.stop()
+    if redis.proc.poll() is None:
+        redis.stop()
+
+
+def drive(routers: list[RouterProc], key: str, seconds: float) -> tuple[list[int], list[int], float]:
+    """One client thread per router, calling as fast as it can for `seconds`: (admitted, refused for the rate)
+    per router, and the time it took."""
+    ok, refused = [0] * len(routers), [0] * len(routers)
+    start = threading.Barrier(len(routers) + 1)
+
+    def client(i: int) -> None:
+        req, md = infer_request("mlp"), auth(key)
+        start.wait()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                routers[i].stub.ModelInfer(req, metadata=md, timeout=5)
+                ok[i] += 1
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+                assert dict(e.trailing_metadata() or ()).get("mmhost-reason") == "quota_rate"
+                refused[i] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(routers))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.monotonic()
+    for t in threads:
+        t.join()
+    return ok, refused, time.monotonic() - t0
+
+
+def modes(routers: list[RouterProc]) -> list[str]:
+    out = []
+    for r in routers:
+        text = r.metrics_text()
+        out.append("fleet" if metric_value(text, "mmhost_router_quota_mode", mode="fleet") == 1 else
+                   "local" if metric_value(text, "mmhost_router_quota_mode", mode="local") == 1 else "?")
+    return out
+
+
+def test_three_routers_hold_a_tenant_to_its_rate_in_total_and_fall_back_to_shares(fleet):
+    redis, routers, key, prefix = fleet
+    deadline = time.monotonic() + 20
+    for r in routers:  # each router has seen the hostd, and the hostd has the model
+        while True:
+            try:
+                r.stub.ModelInfer(infer_request("mlp"), metadata=auth(key), timeout=10)
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    r = connect_redis(redis.url)
+    while r.zcard(prefix + "routers") < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # every router has counted 3, and the bucket is full again
+    assert modes(routers) == ["fleet"] * 3
+
+    ok, refused, took = drive(routers, key, 4.0)
+    rate = sum(ok) / took
+    print(f"fleet: admitted {ok} refused {refused} in {took:.2f}s: {rate:.1f}/s (limit {RATE}/s)")
+    assert rate == pytest.approx(RATE, rel=0.10), (ok, refused, took)
+    assert sum(refused) > sum(ok)  # the clients asked for far more
+    assert modes(routers) == ["fleet"] * 3
+
+    redis.stop()
+    deadline = time.monotonic() + 5
+    while modes(routers) != ["local"] * 3:  # the next heartbeat (0.2 s) or lease notices
+        assert time.monotonic() < deadline, modes(routers)
+        time.sleep(0.1)
+    time.sleep(0.2)
+    ok, refused, took = drive(routers, key, 3.0)
+    rates = [n / took for n in ok]
+    print(f"local: admitted {ok} refused {refused} in {took:.2f}s: {[round(x, 1) for x in rates]}/s per router "
+          f"(share {RATE / 3:.1f}/s)")
+    for x in rates:  # each router its share, limit / 3, plus its share of the burst
+        assert RATE / 3 * 0.7 < x < RATE / 3 * 1.4, rates
+    assert all(r.proc.poll() is None for r in routers)
+    assert "fleet quotas: Redis unreachable" in routers[0].log()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -16,7 +17,11 @@ from catalog.index import RedisCatalog, connect_redis
 from catalog.publish import publish_version
 from catalog.repository import ModelRepository
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest
-from router.fleet_quota import TAKE
+from ground.tenancy import TenantLimits
+from router.admission import Admission
+from router.fleet_quota import TAKE, FleetQuota
+from router.metrics import RouterMetrics
+from router.quota_policy import take_tokens
 from router.tenants import RedisTenants
 from storage_adapters import open_storage
 from tests.hostd_proc import HostdProc, metric_value
@@ -145,3 +150,61 @@ def test_three_routers_hold_a_tenant_to_its_rate_in_total_and_fall_back_to_share
         assert RATE / 3 * 0.7 < x < RATE / 3 * 1.4, rates
     assert all(r.proc.poll() is None for r in routers)
     assert "fleet quotas: Redis unreachable" in routers[0].log()
+
+
+class FakeRedis:
+    """The two scripts, answered by quota_policy's arithmetic on a virtual clock; `down` makes every call fail."""
+
+    def __init__(self, clock) -> None:
+        self.clock, self.down, self.routers, self.calls = clock, False, 3, 0
+        self.buckets: dict[str, object] = {}
+
+    def register_script(self, text: str):
+        async def run(keys, args):
+            self.calls += 1
+            if self.down:
+                raise ConnectionError("connection refused")
+            if text == TAKE:
+                g = take_tokens(self.buckets.get(keys[0]), float(args[0]), float(args[1]), int(args[2]), self.clock())
+                self.buckets[keys[0]] = g.bucket
+                return [g.granted, str(g.wait_s)]
+            return self.routers
+        return run
+
+
+def test_fleet_mode_leases_then_local_shares_when_redis_fails_and_back():
+    now = [100.0]
+    fake = FakeRedis(lambda: now[0])
+    metrics = RouterMetrics()
+    fleet = FleetQuota(fake, "q:", "r1", lambda: now[0], metrics.quota_mode)
+    adm = Admission({"acme": TenantLimits(rate=40, burst=4)}, fleet=fleet)
+
+    async def call() -> bool:
+        await adm.ready("acme")
+        d = adm.enter("acme", now[0])
+        if d.admit:
+            adm.leave("acme")
+        return d.admit
+
+    async def scenario() -> None:
+        await fleet.heartbeat()
+        assert fleet.routers == 3 and fleet.mode == "fleet"
+        got = [await call() for _ in range(10)]  # burst 4 through leases of 2, then empty
+        assert got.count(True) == 4 and fake.calls <= 4
+        calls = fake.calls
+        assert not any([await call() for _ in range(50)]) and fake.calls == calls  # refused without Redis
+        now[0] += 0.05  # 2 tokens at 40/s
+        assert [await call() for _ in range(3)] == [True, True, False]
+        fake.down = True
+        now[0] += 1.0
+        await call()
+        assert fleet.mode == "local" and metrics.quota_mode.labels("local")._value.get() == 1
+        now[0] += 10.0  # the local share: 40/3 per s, burst ceil(4/3) = 2
+        assert [await call() for _ in range(3)] == [True, True, False]
+        await fleet.heartbeat()
+        assert fleet.mode == "local"
+        fake.down = False
+        await fleet.heartbeat()
+        assert fleet.mode == "fleet" and metrics.quota_mode.labels("fleet")._value.get() == 1
+
+    asyncio.run(scenario())

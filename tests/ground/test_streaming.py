@@ -130,3 +130,68 @@ def test_an_error_answer_carries_the_status_contract_as_parameters():
     internal = error_response(RuntimeError("/secret/path boom"))
     assert "secret" not in internal.error_message and internal.infer_response.parameters[STATUS].string_param == "INTERNAL"
     assert isinstance(r, pb.ModelStreamInferResponse)
+
+
+def test_a_message_that_cannot_be_decoded_is_answered_and_the_stream_goes_on():
+    from google.protobuf.message import DecodeError
+
+    class Garbled(FakeCall):
+        async def read(self):
+            r = await super().read()
+            if r == "garbage":
+                raise DecodeError("corrupt")
+            return r
+
+    async def main():
+        call = Garbled(["a", "garbage", "b"])
+        call.end()
+
+        async def answer(r):
+            return f"ok:{r}"
+
+        await serve_stream(call, answer, lambda r, e: f"err:{r}:{e.code.name}")
+        return call.written
+
+    assert sorted(_run(main())) == ["err:None:INVALID_ARGUMENT", "ok:a", "ok:b"]
+
+
+def test_a_failed_write_stops_reading_and_ends_the_call():
+    class Broken(FakeCall):
+        aborted = None
+
+        async def write(self, msg) -> None:
+            raise RuntimeError("send failed")
+
+        def set_trailing_metadata(self, md) -> None:
+            pass
+
+        def done(self) -> bool:
+            return False
+
+        async def abort(self, code, text):
+            self.aborted = code
+            raise aio.AbortError()
+
+    async def main():
+        call = Broken(["a", "b", "c"])
+        gate = asyncio.Event()
+
+        async def answer(r):
+            if r != "a":
+                await gate.wait()
+            return r
+
+        task = asyncio.create_task(serve_stream(call, answer, lambda r, e: "err", max_inflight=2))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        call.end()
+        gate.set()
+        try:
+            await task
+        except aio.AbortError:
+            pass
+        return call
+
+    call = _run(main())
+    assert call.aborted is grpc.StatusCode.INTERNAL
+    assert call.reads == 2  # "c" was never read: the stream was over

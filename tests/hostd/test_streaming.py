@@ -60,10 +60,14 @@ def test_asyncio_client_streams(hostd, want):
 
 
 def test_a_cancelled_stream_leaves_the_host_serving(hostd, want):
+    start = hostd.log_path.stat().st_size
     out = triton_stream.run(hostd.addr, "cancel", dim=DIM, model="mlp_big", n=200)
     np.testing.assert_allclose(np.array(triton_stream.run(hostd.addr, "stream", dim=DIM, models=["mlp"])["results"]["r0"]),
                                want, rtol=1e-5, atol=1e-5)
     assert len(out["unary"]) == 2
+    with open(hostd.log_path, "rb") as f:
+        f.seek(start)
+        assert b"Traceback" not in f.read()
 
 
 def test_a_stream_past_its_deadline_ends_deadline_exceeded(hostd):
@@ -82,3 +86,12 @@ def test_raw_stream_deadline_is_a_status(hostd):
     with pytest.raises(grpc.RpcError) as e:
         list(hostd.stub.ModelStreamInfer(slow(), timeout=0.5))
     assert e.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_message_that_cannot_be_decoded_fails_alone(hostd):
+    call = hostd.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+    bodies = [_request("mlp", "a").SerializeToString(), b"\xff\xff\xff", _request("mlp", "c").SerializeToString()]
+    got = [pb.ModelStreamInferResponse.FromString(b) for b in call(iter(bodies), timeout=30)]
+    assert sorted(r.infer_response.id for r in got if not r.error_message) == ["a", "c"]
+    bad = [r for r in got if r.error_message]
+    assert len(bad) == 1 and bad[0].infer_response.parameters[STATUS].string_param == "INVALID_ARGUMENT"

@@ -64,6 +64,7 @@ class FleetQuota:
         self._take = redis.register_script(TAKE)
         self._beat = redis.register_script(HEARTBEAT)
         self.routers = 1  # live routers last seen (1 until Redis has said)
+        self.rtt_s = 0.0  # recent round trip of a lease call (moving average), which sizes leases
         self.leases: dict[str, Lease] = {}
         self._refills: dict[str, asyncio.Task] = {}
         self.mode = ""
@@ -113,7 +114,7 @@ class FleetQuota:
         lease = self.lease(tenant)
         task = self._refills.get(tenant)
         if task is None:
-            want = refill_want(lease, quota, now)
+            want = refill_want(lease, quota, now, self.rtt_s)
             if not want:
                 return
             task = asyncio.get_running_loop().create_task(self._refill(tenant, quota, want))
@@ -125,6 +126,7 @@ class FleetQuota:
                 pass  # decided on what is known; the refill itself switches to local if Redis stays silent
 
     async def _refill(self, tenant: str, quota: Quota, want: int) -> None:
+        t0 = self._clock()
         try:
             res = await asyncio.wait_for(
                 self._take(keys=[f"{self._prefix}bucket:{tenant}"], args=[quota.rate, quota.capacity, want]),
@@ -135,5 +137,7 @@ class FleetQuota:
             return
         finally:
             self._refills.pop(tenant, None)
+        now = self._clock()
+        self.rtt_s += (now - t0 - self.rtt_s) / 8
         if self.mode == FLEET:
-            self.leases[tenant] = granted(self.lease(tenant), want, got, wait_s, self._clock())
+            self.leases[tenant] = granted(self.lease(tenant), want, got, wait_s, now, quota, self.rtt_s)

@@ -28,6 +28,8 @@ def test_lease_is_a_twentieth_of_the_rate_within_one_and_the_burst():
     assert lease_size(Quota(rate=1000, burst=2000)) == 50
     assert lease_size(Quota(rate=1000, burst=10)) == 10
     assert lease_size(Quota(rate=5)) == 1
+    assert lease_size(Quota(rate=50, burst=5), rtt_s=0.03) == 3  # two round trips of 30 ms
+    assert lease_size(Quota(rate=50, burst=5), rtt_s=0.2) == 5
 
 
 def test_bucket_grants_the_burst_then_refills_with_time_and_says_when():
@@ -36,7 +38,7 @@ def test_bucket_grants_the_burst_then_refills_with_time_and_says_when():
     g = take_tokens(g.bucket, 10, 5, 3, 100.0)
     assert g.granted == 2 and g.wait_s == pytest.approx(0.3)  # 3 more tokens at 10/s
     g = take_tokens(g.bucket, 10, 5, 3, 100.15)
-    assert g.granted == 1 and g.bucket.tokens == pytest.approx(0.5)
+    assert g.granted == 1 and g.bucket.tokens == pytest.approx(0.5) and g.wait_s == pytest.approx(0.25)
     g = take_tokens(Bucket(0.0, 100.0), 10, 5, 3, 200.0)  # idle long: the bucket is full, not more
     assert g.granted == 3 and g.bucket.tokens == pytest.approx(2.0)
     g = take_tokens(Bucket(1.0, 100.0), 10, 5, 1, 99.0)  # time going back adds nothing
@@ -47,12 +49,12 @@ def test_lease_refills_at_half_waits_only_when_empty_and_expires():
     q = Quota(rate=100, burst=10)  # lease 5
     lease = Lease()
     assert refill_want(lease, q, 0.0) == 5 and must_wait(lease, q, 0.0)
-    lease = granted(lease, 5, 5, 0.0, 0.0)
+    lease = granted(lease, 5, 5, 0.0, 0.0, q)
     assert refill_want(lease, q, 0.1) == 0 and not must_wait(lease, q, 0.1)
     lease = Lease(tokens=2, expires=lease.expires)
     assert refill_want(lease, q, 0.1) == 3 and not must_wait(lease, q, 0.1)  # low: top up, admit meanwhile
     assert refill_want(lease, q, LEASE_TTL_S + 0.01) == 5  # unused past the TTL: gone
-    empty = granted(Lease(), 5, 0, 0.04, 1.0)  # the bucket is empty for 40 ms
+    empty = granted(Lease(), 5, 0, 0.04, 1.0, q)  # the bucket is empty for 40 ms
     assert refill_want(empty, q, 1.02) == 0 and not must_wait(empty, q, 1.02)
     assert refill_want(empty, q, 1.04) == 5 and must_wait(empty, q, 1.04)
     assert refill_want(Lease(), Quota(), 0.0) == 0 and not must_wait(Lease(), Quota(), 0.0)
@@ -83,10 +85,11 @@ class SimRouter:
     calls: int = 0
 
 
-@pytest.mark.parametrize("latency_s", [0.0005, 0.005])
+@pytest.mark.parametrize("latency_s", [0.0005, 0.005, 0.05, 0.1])
 def test_three_routers_sharing_one_bucket_admit_the_rate_in_total(latency_s):
     """Three routers, each offered a request every millisecond for 4 s, with a Redis round trip of
-    `latency_s`: the fleet admits rate x 4 s + the burst, within 10%, and Redis sees far fewer calls."""
+    `latency_s` (leases sized to it): the fleet admits rate x 4 s + the burst, within 10%, every router gets a
+    part, and Redis sees a call per admitted token or fewer, not one per request."""
     q = Quota(rate=50, burst=5)
     bucket: Bucket | None = None
     routers = [SimRouter() for _ in range(3)]
@@ -96,8 +99,8 @@ def test_three_routers_sharing_one_bucket_admit_the_rate_in_total(latency_s):
             now = step * tick + i * tick / 3
             if r.pending and r.pending[0] <= now:
                 _, want, got, wait = r.pending
-                r.lease, r.pending = granted(r.lease, want, got, wait, now), None
-            if r.pending is None and (want := refill_want(r.lease, q, now)):
+                r.lease, r.pending = granted(r.lease, want, got, wait, now, q, latency_s), None
+            if r.pending is None and (want := refill_want(r.lease, q, now, latency_s)):
                 g = take_tokens(bucket, q.rate, q.capacity, want, now + latency_s / 2)  # at Redis
                 bucket, r.pending, r.calls = g.bucket, (now + latency_s, want, g.granted, g.wait_s), r.calls + 1
             if r.pending is not None and must_wait(r.lease, q, now):
@@ -108,6 +111,6 @@ def test_three_routers_sharing_one_bucket_admit_the_rate_in_total(latency_s):
             r.refused += not d.admit
     total = sum(r.admitted for r in routers)
     assert total / duration == pytest.approx(50, rel=0.10), [r.admitted for r in routers]
-    assert all(r.admitted > 20 for r in routers)  # every router gets a part
-    requests = sum(r.admitted + r.refused for r in routers)
-    assert sum(r.calls for r in routers) < requests / 20  # Redis is off the per-request path
+    assert all(r.admitted > 20 for r in routers), [r.admitted for r in routers]  # every router gets a part
+    # Redis is off the per-request path: under 2 calls per admitted token, whatever the 3000 requests/s offered
+    assert sum(r.calls for r in routers) < 2 * total

@@ -104,10 +104,12 @@ class Loader:
                 self.storage.download(ModelRepository.file_key(m, f.path), tmp, size_hint=f.size)
             except ObjectNotFound as e:
                 tmp.unlink(missing_ok=True)
-                raise LoadFailed(f"{_name(m)}: file {f.path!r} is missing from storage: {e}", reason="missing_file") from e
+                raise LoadFailed(f"{_name(m)}: file {f.path!r} is missing from storage", reason="missing_file",
+                                 detail=str(e)) from e
             except StorageError as e:
                 tmp.unlink(missing_ok=True)
-                raise Unavailable(f"{_name(m)}: storage unavailable: {e}", reason="storage_down", retry_after_ms=1000) from e
+                raise Unavailable(f"{_name(m)}: model storage is unavailable; retry later", reason="storage_down",
+                                  retry_after_ms=1000, detail=str(e)) from e
             t1 = time.perf_counter()
             timings["fetch"] += t1 - t0
             size = tmp.stat().st_size

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from catalog.repository import ModelNotFound, ModelRepository
-from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable
+from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable, shown
 from ground.settings import HostdSettings
 from ground.versions import VersionNotFound, resolve_version
 from hostd.batch_policy import BatchConfig
@@ -89,18 +89,18 @@ class ModelManager:
         message either way, so another tenant's model is indistinguishable from a missing one)."""
         item = await self.catalog.item(tenant, model)
         if not item.versions:
-            raise NotFound(f"model {model!r} not found")
+            raise NotFound(f"model {shown(model)} not found")
         try:
             v = resolve_version(item.versions, item.policy, version or None, self._rng.random())
         except VersionNotFound:
-            raise NotFound(f"model {model!r} version {version!r} not found") from None
+            raise NotFound(f"model {shown(model)} version {shown(version or '')} not found") from None
         key = (tenant, model, v)
         e = self.entries.get(key)
         if e is None:
             try:
                 m = await self.catalog.manifest(tenant, model, v)
             except ModelNotFound:
-                raise NotFound(f"model {model!r} version {v!r} not found") from None
+                raise NotFound(f"model {shown(model)} version {shown(v)} not found") from None
             e = self.entries.setdefault(key, ModelEntry(
                 m.resolved(self.settings.default_max_batch_size), self.residency.life(key)))
         return e
@@ -191,7 +191,10 @@ class ModelManager:
         error = err.message if isinstance(err, ServingError) else f"{type(err).__name__}: {err}"
         self.residency.failed(e.key, error, self._clock())  # frees the reservation; FAILED with a backoff
         self._metrics.failed(m)
-        log.error("load of %s/%s v%s failed: %s", m.tenant, m.model, m.version, e.error)
+        reason = err.wire_reason if isinstance(err, ServingError) else "internal"
+        detail = err.detail if isinstance(err, ServingError) and err.detail else ""
+        log.error("load of %s/%s v%s failed (%s): %s%s", m.tenant, m.model, m.version, reason, e.error,
+                  f" [{detail}]" if detail else "")
 
     def _runner(self, e: ModelEntry, res: LoadResult) -> ModelRunner:
         m = e.manifest
@@ -298,7 +301,7 @@ class ModelManager:
         """Unload every resident version of a model; returns how many were unloaded."""
         targets = [e for (t, mname, _), e in self.entries.items() if t == tenant and mname == model]
         if not targets and not (await self.catalog.item(tenant, model)).versions:
-            raise NotFound(f"model {model!r} not found")
+            raise NotFound(f"model {shown(model)} not found")
         n = 0
         for e in targets:
             if e.state in (ModelState.READY, ModelState.LOADING, ModelState.FAILED):

@@ -50,6 +50,7 @@ from router.header import read_header
 from router.host_client import HostError
 from router.metrics import RouterMetrics
 from router.stats_merge import merge_statistics
+from router.streaming import stream_handler
 
 __all__ = ["TENANT_HEADER", "RouterServicer"]
 SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
@@ -86,6 +87,8 @@ class RouterServicer:
         # ModelInfer reads its own body (stream-unary on this side; a unary call on the wire), so it can refuse
         # before the body arrives
         handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(self.infer_call)
+        # a stream of ModelInfer requests, each taking ModelInfer's path (router/streaming.py)
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(stream_handler(self))
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
     # -- front door -------------------------------------------------------------------------------

@@ -4,7 +4,11 @@ while later ones still succeed, a refused stream, the stream's deadline, cancell
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -139,3 +143,26 @@ def test_a_forwarded_answer_is_wrapped_without_decoding(size):
     resp = pb.ModelInferResponse(model_name="m", id="x", raw_output_contents=[b"\x01" * size] if size else [])
     got = pb.ModelStreamInferResponse.FromString(wrap_response(resp.SerializeToString()))
     assert got.infer_response == resp and not got.error_message
+
+
+def _perf_analyzer() -> str | None:
+    """perf_analyzer when it can run here (it ships with tritonclient but needs libb64 and libcudart)."""
+    exe = shutil.which("perf_analyzer") or str(Path(sys.executable).parent / "perf_analyzer")
+    try:
+        p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return None if "error while loading shared libraries" in p.stderr else exe
+
+
+def test_perf_analyzer_streaming(router, cluster):
+    exe = _perf_analyzer()
+    if exe is None:
+        pytest.skip("perf_analyzer cannot run here (missing shared libraries)")
+    p = subprocess.run([exe, "-m", "mlp", "-u", router.addr, "-i", "grpc", "--streaming", "-H",
+                        f"authorization:Bearer {cluster.keys['acme']}", "--concurrency-range", "4",
+                        "--measurement-mode", "count_windows", "--measurement-request-count", "100",
+                        "--stability-percentage", "1000", "--max-trials", "3"],  # a busy test machine is not stable
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert "Throughput" in p.stdout

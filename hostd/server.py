@@ -4,6 +4,7 @@ health, reflection and metrics; SIGTERM drains in-flight requests, then exits.""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import logging
@@ -199,6 +200,10 @@ class Hostd:
                 tenant_limits.refresh_loop(self.tenant_source, self.apply_limits, s.tenants_refresh_s)))
         if s.preload:
             await self.manager.preload_all()
+        # Everything made so far (modules, runtimes, servicers) lives as long as the process: out of the
+        # collector's sight, a full collection under load costs microseconds instead of ~15 ms of the loop
+        # (measured: 56k objects after start on the 2-core bench machine), a pause every request then waited for.
+        gc.freeze()
         self.servicer.started = True
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)

@@ -118,6 +118,9 @@ class HostdSettings(BaseSettings):
         "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget'
     )
     failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
+    storage_stall_s: float = Field(
+        3.0, gt=0, description="a cold load whose download receives no bytes for this long answers its waiting "
+        "requests UNAVAILABLE (storage_down) instead of holding them to their deadline")
     execution_slots: int = Field(
         0, ge=0, description="batches running on the device at once; 0 = auto (min(CPU cores, 4), or 4 on a GPU)",
     )

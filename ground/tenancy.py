@@ -13,9 +13,11 @@ from pydantic import BaseModel, Field
 class TenantLimits(BaseModel):
     tier: str = "standard"
     weight: float = Field(1.0, gt=0, description="share of device execution time relative to other tenants")
-    rate: float = Field(0.0, ge=0, description="requests per second admitted by each router; 0 = unlimited")
+    rate: float = Field(0.0, ge=0, description="requests per second admitted across all routers (Redis mode; "
+                        "each router alone in embedded mode); 0 = unlimited")
     burst: int = Field(0, ge=0, description="token bucket size; 0 = max(1, rate)")
-    max_concurrency: int = Field(0, ge=0, description="requests in flight per router; 0 = unlimited")
+    max_concurrency: int = Field(0, ge=0, description="requests in flight across all routers (split evenly between "
+                                 "the live routers in Redis mode); 0 = unlimited")
     default_priority: int = Field(0, ge=0, description="priority level for requests that name none (0 = model default)")
     instances: int = Field(0, ge=0, description="executors per model on each host; 0 = the model's own instance_count")
     device_guaranteed: str = Field("0", description="device memory no other tenant's load can take (bytes or fraction)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ground.manifest import ModelManifest
 from hostd.batcher import ModelRunner
+from hostd.loader import LoadProgress
 from hostd.core.lifecycle import Lifecycle, ModelState
 from hostd.runtimes.base import LoadedModel
 from hostd.stats import ModelStats
@@ -24,6 +25,7 @@ class ModelEntry:
     runner: ModelRunner | None = None
     loaded: LoadedModel | None = None
     load_task: asyncio.Task | None = None
+    load_progress: LoadProgress | None = None  # the load under way: phase and when bytes last arrived
     unload_task: asyncio.Task | None = None
     memory_bytes: int = 0
     last_memory_bytes: int = 0  # measured at the previous load: the estimate for the next one

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,47 @@ def _name(m: ModelManifest) -> str:
     return f"model {m.model!r} version {m.version!r}"
 
 
+def _stamp(path: Path, sha256: str) -> str:
+    """What the disk tier's `.sha256` marker holds for a verified file: the digest plus the file's inode,
+    size and modification time when it was verified. A file changed or replaced since (any of those differ)
+    is fetched and verified again instead of being trusted: the tier re-hashes whatever it did not verify."""
+    st = path.stat()
+    return f"{sha256} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def _verified(path: Path, sha256: str) -> bool:
+    marker = path.with_name(path.name + ".sha256")
+    try:
+        return marker.read_text() == _stamp(path, sha256)
+    except OSError:
+        return False
+
+
+class LoadProgress:
+    """How far a load has come, written by the loading thread and read by the event loop: its phase and
+    when bytes last arrived from storage. A fetch whose bytes stop coming for longer than the stall bound
+    is storage that hangs: requests waiting on that load are answered UNAVAILABLE (storage_down) instead of
+    waiting out their whole deadline, while the fetch itself runs on until the store's own timeouts end it."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.fetching = False
+        self.last = clock()
+
+    def start_fetch(self) -> None:
+        self.last = self._clock()
+        self.fetching = True
+
+    def tick(self, _n: int = 0) -> None:
+        self.last = self._clock()
+
+    def end_fetch(self) -> None:
+        self.fetching = False
+
+    def stalled(self, now: float, bound_s: float) -> bool:
+        return self.fetching and now - self.last > bound_s
+
+
 class Loader:
     def __init__(self, storage: Storage, disk: DiskTier, ram: RamTier | None, device: DeviceSpec, probe: MemoryProbe) -> None:
         self.storage = storage
@@ -82,9 +124,10 @@ class Loader:
         self.probe = probe
         self._lock = threading.Lock()
 
-    def fetch(self, m: ModelManifest, timings: dict[str, float] | None = None) -> Path:
+    def fetch(self, m: ModelManifest, timings: dict[str, float] | None = None,
+              progress: LoadProgress | None = None) -> Path:
         """Every file of the version on local disk, verified. Adds seconds spent downloading ('fetch') and
-        hashing ('verify') to `timings`."""
+        hashing ('verify') to `timings`; `progress` hears of every chunk that arrives."""
         timings = timings if timings is not None else {}
         timings.setdefault("fetch", 0.0)
         timings.setdefault("verify", 0.0)
@@ -95,13 +138,20 @@ class Loader:
         for f in m.files:
             dest = d / f.path
             marker = dest.with_name(dest.name + ".sha256")
-            if dest.is_file() and dest.stat().st_size == f.size and marker.is_file() and marker.read_text() == f.sha256:
+            if dest.is_file() and _verified(dest, f.sha256):
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".part-{dest.name}-{os.getpid()}-{threading.get_ident()}")
             t0 = time.perf_counter()
             try:
-                self.storage.download(ModelRepository.file_key(m, f.path), tmp, size_hint=f.size)
+                if progress is not None:
+                    progress.start_fetch()
+                try:
+                    self.storage.download(ModelRepository.file_key(m, f.path), tmp, size_hint=f.size,
+                                          progress=progress.tick if progress is not None else None)
+                finally:
+                    if progress is not None:
+                        progress.end_fetch()
             except ObjectNotFound as e:
                 tmp.unlink(missing_ok=True)
                 raise LoadFailed(f"{_name(m)}: file {f.path!r} is missing from storage", reason="missing_file",
@@ -129,11 +179,12 @@ class Loader:
                     reason="integrity",
                 )
             os.replace(tmp, dest)
-            marker.write_text(f.sha256)
+            marker.write_text(_stamp(dest, f.sha256))
         self.disk.added(key, m.total_bytes)
         return d
 
-    def _source(self, m: ModelManifest, timings: dict[str, float]) -> tuple[Path | bytes, str]:
+    def _source(self, m: ModelManifest, timings: dict[str, float],
+                progress: LoadProgress | None = None) -> tuple[Path | bytes, str]:
         """The model file's bytes from the RAM tier (single-file models), else its verified path on disk."""
         key = m.key()
         if self.ram is not None and len(m.files) == 1:
@@ -143,7 +194,7 @@ class Loader:
         self.disk.hold(key)
         try:
             tier = "disk" if self.disk.lookup(key) and self._on_disk(m) else "storage"
-            return self.fetch(m, timings) / m.model_file, tier
+            return self.fetch(m, timings, progress) / m.model_file, tier
         finally:
             self.disk.release(key)
 
@@ -164,14 +215,13 @@ class Loader:
         d = self.disk.path(m.key())
         for f in m.files:
             p = d / f.path
-            marker = p.with_name(p.name + ".sha256")
-            if not (p.is_file() and p.stat().st_size == f.size and marker.is_file() and marker.read_text() == f.sha256):
+            if not (p.is_file() and _verified(p, f.sha256)):
                 return False
         return True
 
-    def load(self, m: ModelManifest) -> LoadResult:
+    def load(self, m: ModelManifest, progress: LoadProgress | None = None) -> LoadResult:
         timings: dict[str, float] = {}
-        source, tier = self._source(m, timings)
+        source, tier = self._source(m, timings, progress)
         prepare_runtime(m.format, self.device)
         cpu = isinstance(self.probe, CpuProbe)
         with self._lock:

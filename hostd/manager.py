@@ -28,7 +28,7 @@ from hostd.core.residency import Residency
 from hostd.entry import Key, ModelEntry
 from hostd.eviction import Evictor
 from hostd.execution import ExecutionGate
-from hostd.loader import Loader, LoadResult
+from hostd.loader import Loader, LoadProgress, LoadResult
 from hostd.memory import release_free_memory
 from hostd.metrics import HostdMetrics
 from hostd.model_metrics import ModelMetrics
@@ -143,12 +143,21 @@ class ModelManager:
             remaining = deadline - now
             if remaining <= 0:
                 raise DeadlineExceeded(f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline")
+            # wait in slices no longer than the stall bound, so that storage that stops sending is noticed
+            stall = self.settings.storage_stall_s
             try:
-                await asyncio.wait_for(asyncio.shield(task), None if remaining == float("inf") else remaining)
+                await asyncio.wait_for(asyncio.shield(task), min(remaining, stall))
             except asyncio.TimeoutError:
-                raise DeadlineExceeded(
-                    f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline"
-                ) from None
+                progress = e.load_progress
+                if progress is not None and progress.stalled(self._clock(), stall):
+                    raise Unavailable(
+                        f"model {shown(e.manifest.model)}: model storage is not answering; retry later",
+                        reason="storage_down", retry_after_ms=int(stall * 1000),
+                    ) from None
+                if self._clock() >= deadline:
+                    raise DeadlineExceeded(
+                        f"deadline passed while model {e.manifest.model!r} was loading", reason="deadline"
+                    ) from None
 
     def _start_load(self, e: ModelEntry) -> asyncio.Task:
         """The lifecycle said START_LOAD (single flight: only this caller): the load's task."""
@@ -165,7 +174,9 @@ class ModelManager:
         estimate = e.last_memory_bytes or m.total_bytes
         try:
             await self.evictor.make_room(e)
-            res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m)
+            e.load_progress = LoadProgress(self._clock)
+            res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m,
+                                                                   e.load_progress)
         except Unavailable as err:
             if err.reason != "no_capacity":
                 self._failed(e, err)
@@ -179,6 +190,7 @@ class ModelManager:
             raise Internal(f"model {m.model!r} version {m.version!r}: load failed: {e.error}") from err
         finally:
             e.load_task = None
+            e.load_progress = None
         self._loaded(e, res)
         if res.source_tier != "ram" and self.loader.ram is not None:
             fill = asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.remember, m)

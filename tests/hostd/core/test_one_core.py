@@ -108,11 +108,16 @@ class FakeLoader:
         self.ram = None
         self.disk = SimpleNamespace(used=0)
         self.models: dict[str, LoadedModel] = {}  # model name -> what loading it gives (default Identity)
+        self.stall: threading.Event | None = None
 
-    def load(self, m: ModelManifest) -> LoadResult:
+    def load(self, m: ModelManifest, progress=None) -> LoadResult:
         self.calls += 1
         if self.fail:
             raise RuntimeError("corrupt weights")
+        if self.stall is not None:  # storage that accepts the request and then sends nothing
+            progress.start_fetch()
+            self.stall.wait(10)
+            raise StorageDown()
         timings = {"download": 0.0, "deserialize": 0.0, "warmup": 0.0}
         return LoadResult(self.models.get(m.model, Identity()), m.total_bytes, True, "disk", timings)
 
@@ -217,6 +222,41 @@ class Blocking(Identity):
 def _req():
     x = np.zeros((1, 2), np.float32)
     return DecodedRequest(inputs={"x": x}, outputs=["y"], raw=True, rows=1, shape_key=(), nbytes=8)
+
+
+class StorageDown(Unavailable):
+    def __init__(self) -> None:
+        super().__init__("model storage is unavailable", reason="storage_down")
+
+
+async def _a_stalled_fetch_answers_its_waiters_storage_down(mgr, clock, loader):
+    """Storage that hangs mid-fetch: every request waiting on the load is answered UNAVAILABLE storage_down
+    once no byte has arrived for storage_stall_s (virtual seconds), long before its own deadline."""
+    loader.stall = threading.Event()
+    e = _entry(mgr, "a")
+    waiters = [asyncio.ensure_future(mgr.ready_runner(e, deadline=clock.now + 60)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in waiters), "still within the stall bound"
+    clock.now += mgr.settings.storage_stall_s + 0.1  # no bytes for longer than the bound
+    done, _ = await asyncio.wait(waiters, timeout=5)
+    assert len(done) == 3
+    for w in waiters:
+        err = w.exception()
+        assert isinstance(err, Unavailable) and err.reason == "storage_down" and err.retry_after_ms
+    assert loader.calls == 1, "one load for all waiters, still single-flight"
+    loader.stall.set()  # the store's own timeout ends the fetch; the model is not left LOADING
+    for _ in range(100):
+        if e.load_task is None:
+            break
+        await asyncio.sleep(0.01)
+    assert e.state is not ModelState.LOADING
+    await mgr.close()
+
+
+def test_stalled_storage(host):
+    mgr = host[0]
+    mgr.settings = mgr.settings.model_copy(update={"storage_stall_s": 0.2})
+    asyncio.run(_a_stalled_fetch_answers_its_waiters_storage_down(*host))
 
 
 def test_single_flight(host):

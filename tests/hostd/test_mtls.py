@@ -67,6 +67,7 @@ RPCS = {
     "ModelMetadata": pb.ModelMetadataRequest(name="mlp"),
     "ModelConfig": pb.ModelConfigRequest(name="mlp"),
     "ModelInfer": infer_req(),
+    "ModelStreamInfer": infer_req(),  # a stream of this one request
     "ModelStatistics": pb.ModelStatisticsRequest(name=""),
     "RepositoryIndex": pb.RepositoryIndexRequest(),
     "RepositoryModelLoad": pb.RepositoryModelLoadRequest(model_name="mlp_nobatch"),
@@ -79,6 +80,9 @@ assert set(RPCS) - {"Status"} == set(pb.DESCRIPTOR.services_by_name["GRPCInferen
 def call(channel: grpc.Channel, rpc: str, metadata=(TENANT,), timeout: float = 30):
     if rpc == "Status":
         return hostd_control_pb2_grpc.HostdControlStub(channel).Status(RPCS[rpc], metadata=metadata, timeout=timeout)
+    if rpc == "ModelStreamInfer":
+        return list(grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(
+            iter([RPCS[rpc]]), metadata=metadata, timeout=timeout))
     return getattr(grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel), rpc)(RPCS[rpc], metadata=metadata,
                                                                                  timeout=timeout)
 
@@ -119,12 +123,14 @@ def test_the_router_certificate_is_served(mtls_hostd, rpc):
     out = call(mtls_hostd.channel, rpc)
     if rpc == "ModelInfer":
         assert out.model_name == "mlp" and list(out.outputs[0].shape) == [2, 10]
+    if rpc == "ModelStreamInfer":
+        assert len(out) == 1 and not out[0].error_message and list(out[0].infer_response.outputs[0].shape) == [2, 10]
     if rpc == "Status":
         assert out.host_id
 
 
 def test_no_tenant_is_refused_without_dev_mode(mtls_hostd):
-    for rpc in ("ModelMetadata", "ModelInfer", "RepositoryIndex"):
+    for rpc in ("ModelMetadata", "ModelInfer", "ModelStreamInfer", "RepositoryIndex"):
         code, details = code_of(lambda rpc=rpc: call(mtls_hostd.channel, rpc, metadata=()))
         assert code is C.UNAUTHENTICATED and "no tenant" in details
     # server-wide RPCs name no tenant

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 
 from hostd.cache.device import DeviceCache
 from hostd.cache.policy import Share
 from hostd.cache.tiers import DiskTier, RamTier
 from hostd.memory import CpuProbe, select_probe
-from ground.units import parse_bytes
 
 
 def test_ram_tier_is_lru_within_its_budget():
@@ -60,15 +58,6 @@ def test_device_cache_shares_protect_a_tenant():
         c.loaded(key, 40, 0.1, now)
     plan = c.reserve("b2", "big", 40, now=2)
     assert plan.ok and plan.evict == ("b1",)  # not "s", though it is older
-
-
-def test_parse_bytes():
-    assert parse_bytes("8GiB") == 8 << 30
-    assert parse_bytes("0.5", total=1000) == 500 and parse_bytes("25%", total=1000) == 250
-    with pytest.raises(ValueError):
-        parse_bytes("0.5")  # a fraction needs a total
-    with pytest.raises(ValueError):
-        parse_bytes("12 parsecs")
 
 
 def test_without_nvml_the_cpu_probe_is_selected_with_one_log_line(caplog):

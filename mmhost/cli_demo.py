@@ -17,6 +17,10 @@ print(c.infer("mlp", [x], headers=h).as_numpy("output"))
 print([m.name for m in c.get_model_repository_index(headers=h, as_json=False).models])
 PY"""
 
+CURL_SNIPPET = """\
+curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' http://{rest}/v2/models/mlp/infer \\
+  -d '{{"inputs": [{{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [{zeros}]}}]}}'"""
+
 
 def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
     from ground.serving import wait_serving
@@ -27,7 +31,7 @@ def _wait_serving(addr: str, proc, timeout: float = 60.0) -> None:
         raise SystemExit(str(e)) from None
 
 
-def taken_ports(listen: str, hostd_ports: list[int], metrics_port: int) -> list[str]:
+def taken_ports(listen: str, hostd_ports: list[int], metrics_port: int, rest_listen: str = "") -> list[str]:
     """The demo's addresses something already listens on (another `mmhost demo`, most likely)."""
     import socket
 
@@ -35,6 +39,9 @@ def taken_ports(listen: str, hostd_ports: list[int], metrics_port: int) -> list[
     wanted = [(host, int(port), "--listen")]
     wanted += [("127.0.0.1", p, "--hostd-ports") for p in hostd_ports]
     wanted += [("127.0.0.1", metrics_port + i, "--metrics-port") for i in range(len(hostd_ports) + 1)]
+    if rest_listen:
+        rhost, rport = rest_listen.rsplit(":", 1)
+        wanted.append((rhost, int(rport), "--rest-listen"))
     taken = []
     for h, p, flag in wanted:
         with socket.socket() as s:
@@ -81,6 +88,7 @@ def register(app: typer.Typer) -> None:
         listen: str = typer.Option("127.0.0.1:8001", help="router gRPC address (what tenants call)"),
         hostd_ports: str = typer.Option("8011,8012", help="gRPC ports of the two hostds (127.0.0.1)"),
         metrics_port: int = typer.Option(9100, help="router Prometheus port; hostds use the next ones"),
+        rest_listen: str = typer.Option("127.0.0.1:8000", help="router KServe v2 REST address; '' turns it off"),
         workdir: Path = typer.Option(Path(".mmhost-demo"), help="tenants file, hostd logs and caches"),
     ) -> None:
         """Build the demo models and serve them: one router, two hostds, a demo tenant with a fresh key."""
@@ -99,7 +107,7 @@ def register(app: typer.Typer) -> None:
         console = Console()
         ports = [int(p) for p in hostd_ports.split(",")]
         # before anything is built, created or rotated: a running demo keeps its key and its ports
-        taken = taken_ports(listen, ports, metrics_port)
+        taken = taken_ports(listen, ports, metrics_port, rest_listen)
         if taken:
             typer.echo(f"error: demo ports in use: {', '.join(taken)}; is another `mmhost demo` running? Stop it, "
                        "or pass other ports", err=True)
@@ -144,8 +152,13 @@ def register(app: typer.Typer) -> None:
             console.print("[bold]try[/]:")
             console.print(CLIENT_SNIPPET.format(py=sys.executable, addr=listen, key=key), markup=False,
                           highlight=False, soft_wrap=True)
+            if rest_listen:
+                console.print(f"[bold]or over REST[/] (KServe v2 HTTP/JSON on {rest_listen}):")
+                console.print(CURL_SNIPPET.format(key=key, rest=rest_listen, zeros=", ".join(["0.5"] * 64)),
+                              markup=False, highlight=False, soft_wrap=True)
             serve(RouterSettings(listen=listen, hosts=hosts, tenants_file=workdir / "tenants.json", store=str(store),
-                                 metrics_port=metrics_port, refresh_interval_s=0.5, plaintext=True))
+                                 metrics_port=metrics_port, refresh_interval_s=0.5, plaintext=True,
+                                 rest_listen=rest_listen))
         finally:
             _stop_all(procs)
             lock.close()

@@ -128,6 +128,10 @@ class HostdSettings(BaseSettings):
         0, ge=0, description="slots one model may hold at once; 0 = auto: all but one when there are 2 or more, so "
         "another model's work finds a slot free (batches are not preempted)",
     )
+    compute_nice: int = Field(
+        5, ge=0, le=19, description="nice value of the threads that run and load models (Linux: per thread): the "
+        "event loop, which answers every model's requests, goes first when both want a core; 0 = same priority",
+    )
     fair_unit: Literal["tenant", "model"] = Field(
         "model", description="what shares the execution slots fairly: tenant (by weight; a tenant's models in "
         "priority and arrival order), or model (by tenant weight, then equally among a tenant's models)",

@@ -9,6 +9,8 @@ import json
 import os
 import logging
 import socket
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -59,6 +61,15 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
                       torch_threads=plan.threads)
 
 
+def lower_thread_priority(nice: int) -> None:
+    """This thread's nice value (Linux sets it per thread; elsewhere it would be the process's: skipped)."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:  # not permitted here: same priority as the loop
+            log.debug("could not lower a model thread's priority", exc_info=True)
+
+
 def execution_plan(settings: HostdSettings, kind: str) -> ExecutionPlan:
     """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py)."""
     threads = settings.ort_intra_op_threads or settings.torch_threads
@@ -74,8 +85,10 @@ class Hostd:
         self.probe = select_probe(self.device.kind, self.device.index)
         self.storage = open_storage(settings.store, s3)
         self.repo = ModelRepository(self.storage)
-        self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec")
-        self.load_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load")
+        # model threads below the event loop (compute_nice); ORT's own pool threads inherit the loader's value
+        nice = (lambda: lower_thread_priority(settings.compute_nice)) if settings.compute_nice else None
+        self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec", initializer=nice)
+        self.load_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load", initializer=nice)
         self.budget = parse_bytes(settings.device_memory, self.probe.total())
         ram_budget = parse_bytes(settings.ram_cache_bytes, psutil.virtual_memory().total)
         self.ram = RamTier(ram_budget) if ram_budget > 0 else None

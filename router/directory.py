@@ -91,7 +91,11 @@ class ModelDirectory:
         fut = self._inflight.get(k)
         if fut is None:
             fut = self._inflight[k] = asyncio.get_running_loop().create_task(self._lookup(tenant, model))
-            fut.add_done_callback(lambda _: self._inflight.pop(k, None))
+            fut.add_done_callback(lambda f: (self._inflight.pop(k, None), f.cancelled() or f.exception()))
+        if hit is not None and hit[1]:
+            # expired but known: served from memory while the lookup refreshes it in the background, so a
+            # paused or slow Redis never holds a request for a known model (it waited the socket timeout)
+            return hit[1]
         return await asyncio.shield(fut)
 
     async def _lookup(self, tenant: str, model: str) -> frozenset[str]:

@@ -152,3 +152,26 @@ def test_catalog_down_names_no_location_to_the_caller():
     with pytest.raises(Unavailable) as e:
         check(d, "acme", "m")
     assert "redis://" not in e.value.message and "redis://fake" in e.value.detail
+
+
+def test_an_expired_known_model_is_served_at_once_while_a_hanging_lookup_refreshes_it():
+    """Redis paused: the lookup hangs up to the socket timeout; requests for a known model must not wait on it."""
+    clock, cat = FakeClock(), FakeCatalog({("acme", "m"): ["1"]})
+    d = directory(cat, clock)
+
+    async def run() -> None:
+        await d.check("acme", "m")
+        cat.gate = threading.Event()
+        cat.models[("acme", "m")] = ["1", "2"]
+        clock.advance(6)
+        for _ in range(5):  # each answered from memory while the one refresh hangs
+            await asyncio.wait_for(d.check("acme", "m", "1"), 0.5)
+        cat.gate.set()
+        for _ in range(100):
+            if not d._inflight:
+                break
+            await asyncio.sleep(0.01)
+        await d.check("acme", "m", "2")  # the refresh landed
+        assert cat.lookups == 2
+
+    asyncio.run(run())

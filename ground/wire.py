@@ -78,9 +78,10 @@ class Reason(str, Enum):
 
 # Reasons with which a hostd says the host itself should get no more traffic for now.
 HOST_LEAVING = frozenset({Reason.DRAINING.value})
-# Reasons that belong to one model on one host: another host may well serve the request.
+# Reasons that belong to one model on one host: another host may well serve the request. Not storage_down:
+# every host reads the same store, so a second host would only make the caller wait its storage bound again.
 TRY_ELSEWHERE = frozenset({Reason.NO_CAPACITY.value, Reason.UNLOADING.value, Reason.UNLOADED.value,
-                           Reason.STORAGE_DOWN.value, Reason.QUEUE_FULL.value})
+                           Reason.QUEUE_FULL.value})
 
 
 def trailer(metadata: Iterable[tuple[str, str | bytes]] | None, key: str) -> str | None:

@@ -5,10 +5,11 @@ request may run again on another host.
 - No `mmhost-reason` on an error status: no mmhost process answered, the transport failed (refused, reset,
   torn down mid-stream): the host is down, try another.
 - `draining`: the hostd says it is leaving: mark it down, try another.
-- A reason that belongs to this host's state for one model (no capacity, unloading, storage down, queue
+- A reason that belongs to this host's state for one model (no capacity, unloading, queue
   full): try another host, the host stays up.
 - Everything else (the caller's mistake, a shed that holds everywhere, a model's own failure): final.
-  A model's failure to load is that model's error, never the host's (`load_failed`).
+  A model's failure to load is that model's error, never the host's (`load_failed`); storage that is down is down
+  for every host (`storage_down`), so it goes straight back to the caller.
 
 Pure (no grpc import): a status code is read by its name, so grpc.StatusCode members and anything else with
 the same names will do."""

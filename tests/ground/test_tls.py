@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
-import ssl
 
 import grpc
 import pytest
@@ -19,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ground import tls
 from mmhost import certs
+from tests.pki import served_serial
 
 WHO = "/mmhost.test.Peer/Who"
 
@@ -64,16 +63,6 @@ async def check(port: int, creds=None, options=(), timeout: float = 5.0) -> None
 async def who(port: int, creds, options=()) -> str:
     async with aio.secure_channel(f"127.0.0.1:{port}", creds, options=OPTS + list(options)) as ch:
         return (await ch.unary_unary(WHO)(b"", timeout=5)).decode()
-
-
-def served_serial(port: int) -> int:
-    """The serial of the certificate the server presents to a new TLS connection (ALPN h2, as gRPC)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s, ctx.wrap_socket(s) as t:
-        der = t.getpeercert(binary_form=True)
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 def serial(path) -> int:

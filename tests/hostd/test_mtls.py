@@ -12,15 +12,14 @@ import sys
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from typer.testing import CliRunner
 
 from ground import tls
 from ground.wire import TENANT_HEADER
-from mmhost.cli import app
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
 from tests.hostd.test_server import infer_req
 from tests.hostd_proc import HostdProc
+from tests.pki import make_pki
 from tests.servers import REPO, free_port
 
 C = grpc.StatusCode
@@ -29,14 +28,7 @@ TENANT = (TENANT_HEADER, "demo")
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pki")
-    runner = CliRunner()
-    res = runner.invoke(app, ["certs", "init", "--out", str(out), "--router-hosts", "127.0.0.1,localhost",
-                              "--hostd-hosts", tls.HOSTD_TLS_NAME, "--days", "2"])
-    assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["certs", "client", "--tenant", "demo", "--out", str(out), "--days", "2"])
-    assert res.exit_code == 0, res.output
-    return out
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def router_creds(pki) -> grpc.ChannelCredentials:

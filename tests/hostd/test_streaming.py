@@ -78,14 +78,20 @@ def test_a_stream_past_its_deadline_ends_deadline_exceeded(hostd):
 
 
 def test_raw_stream_deadline_is_a_status(hostd):
+    import threading
+
+    held = threading.Event()
+
     def slow():
         yield _request("mlp", "a")
-        import time
-        time.sleep(2)
+        held.wait(10)  # the client keeps the stream open past its deadline; released when the test is done
 
-    with pytest.raises(grpc.RpcError) as e:
-        list(hostd.stub.ModelStreamInfer(slow(), timeout=0.5))
-    assert e.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    try:
+        with pytest.raises(grpc.RpcError) as e:
+            list(hostd.stub.ModelStreamInfer(slow(), timeout=0.5))
+        assert e.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        held.set()
 
 
 def test_a_message_that_cannot_be_decoded_fails_alone(hostd):

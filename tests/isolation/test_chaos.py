@@ -162,7 +162,10 @@ def test_redis_paused_loaded_model_keeps_serving(chaos):
     print(f"redis paused: calm {calm / 2.0:.0f}/s paused {served / 3.0:.0f}/s")
     assert errors == [], errors[:3]
     assert served / 3.0 >= 0.5 * calm / 2.0
-    assert metric(router, "mmhost_router_hosts_up") == 2 or time.sleep(2) or metric(router, "mmhost_router_hosts_up") == 2
+    deadline = time.monotonic() + 5.0  # the router's view refreshes every 0.5 s: poll, do not sleep
+    while metric(router, "mmhost_router_hosts_up") != 2:
+        assert time.monotonic() < deadline, "a Redis pause must not leave a host marked down"
+        time.sleep(0.1)
 
 
 def test_s3_paused_loaded_models_serve_cold_fails_fast(chaos):
@@ -187,4 +190,5 @@ def test_s3_paused_loaded_models_serve_cold_fails_fast(chaos):
     assert errors == [], errors[:3]
     assert served / 3.0 >= 0.5 * calm / 2.0
     assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, ei.value.details()
-    assert cold_s < 8.0  # target < 5 s (bench/chaos.py)
+    assert cold_s < 6.0  # storage_down is not retried on the other host: one 3 s storage bound, not two (the
+    # issue's 5 s target is printed by bench/chaos.py; this bound only leaves room for a loaded machine)

@@ -7,20 +7,15 @@ restart."""
 from __future__ import annotations
 
 import json
-import socket
-import ssl
 import subprocess
 import sys
 
 import grpc
 import pytest
-from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from typer.testing import CliRunner
 
 from ground import tls
 from mmhost import certs
-from mmhost.cli import app
 from mmhost.demo_models import seed_store
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc
@@ -31,6 +26,7 @@ from tests.hostd_proc import HostdProc
 from tests.router.conftest import auth
 from tests.router.router_proc import RouterProc
 from tests.router.test_cluster import wait_until
+from tests.pki import make_pki, served_serial
 from tests.servers import free_port
 
 C = grpc.StatusCode
@@ -38,15 +34,8 @@ C = grpc.StatusCode
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pki")
-    runner = CliRunner()
-    res = runner.invoke(app, ["certs", "init", "--out", str(out), "--router-hosts", "127.0.0.1,localhost",
-                              "--hostd-hosts", tls.HOSTD_TLS_NAME, "--days", "2"])
-    assert res.exit_code == 0, res.output
-    for tenant in ("demo", "ghost"):  # ghost: a certificate from the CA for a tenant the registry does not know
-        res = runner.invoke(app, ["certs", "client", "--tenant", tenant, "--out", str(out), "--days", "2"])
-        assert res.exit_code == 0, res.output
-    return out
+    # ghost: a certificate from the CA for a tenant the registry does not know
+    return make_pki(tmp_path_factory.mktemp("pki"), ("demo", "ghost"))
 
 
 @pytest.fixture(scope="module")
@@ -159,15 +148,6 @@ def test_the_health_port_answers_in_plaintext(perimeter):
     with grpc.insecure_channel(r.health_addr) as ch:
         assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
             health_pb2.HealthCheckResponse.SERVING
-
-
-def served_serial(port: int) -> int:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s, ctx.wrap_socket(s) as t:
-        der = t.getpeercert(binary_form=True)
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 def test_a_rotated_serving_certificate_reaches_new_connections_without_a_restart(perimeter, pki):

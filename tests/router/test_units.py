@@ -29,7 +29,8 @@ def test_failures_are_classified_by_code_and_reason_never_by_text():
     assert classify(C.UNAVAILABLE, _md("draining", 50)) is Outcome.HOST_DOWN
     # this host cannot serve this model now: another may
     assert classify(C.UNAVAILABLE, _md("no_capacity", 100)) is Outcome.ELSEWHERE
-    assert classify(C.UNAVAILABLE, _md("storage_down", 100)) is Outcome.ELSEWHERE
+    # storage is shared by every host: its outage goes back to the caller at once, with its retry-after
+    assert classify(C.UNAVAILABLE, _md("storage_down", 100)) is Outcome.FINAL
     # a model's own failure is the model's error: final, and never a host marked down
     assert classify(C.UNAVAILABLE, _md("load_failed", 1000)) is Outcome.FINAL
     assert classify(C.INTERNAL, _md("internal")) is Outcome.FINAL

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 from catalog.repository import ModelNotFound, ModelRepository
-from ground.errors import DeadlineExceeded, Internal, NotFound, ServingError, Unavailable, shown
+from ground.errors import DeadlineExceeded, NotFound, ServingError, Unavailable, shown
 from ground.settings import HostdSettings
 from ground.versions import VersionNotFound, resolve_version
 from hostd.batch_policy import BatchConfig
@@ -178,16 +178,15 @@ class ModelManager:
             res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m,
                                                                    e.load_progress)
         except Unavailable as err:
-            if err.reason != "no_capacity":
-                self._failed(e, err)
-            elif e.state is ModelState.LOADING:  # (a refused reservation is ABSENT already)
-                self.residency.no_room(e.key)  # nothing wrong with the model: no room now, try again later
-            raise
+            if err.reason == "no_capacity":
+                if e.state is ModelState.LOADING:  # (a refused reservation is ABSENT already)
+                    self.residency.no_room(e.key)  # nothing wrong with the model: no room now, try again later
+                raise
+            self._failed(e, err)
+            raise self._load_error(e, err) from err
         except Exception as err:  # noqa: BLE001 - every failure marks the model FAILED, then reaches waiters
             self._failed(e, err)
-            if isinstance(err, ServingError):
-                raise
-            raise Internal(f"model {m.model!r} version {m.version!r}: load failed: {e.error}") from err
+            raise self._load_error(e, err) from err
         finally:
             e.load_task = None
             e.load_progress = None
@@ -197,6 +196,19 @@ class ModelManager:
             fill.add_done_callback(lambda f: f.cancelled() or f.exception() and log.warning("RAM tier fill: %s", f.exception()))
         if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
             await self.enforce_watermark()
+
+    def _load_error(self, e: ModelEntry, err: Exception) -> ServingError:
+        """What every waiter of a failed load reads: the model's own error, UNAVAILABLE with the backoff
+        before the next attempt as retry-after-ms (the same answer as a request inside that backoff), so
+        that a router retries later instead of taking the host for down. Storage that is down keeps its
+        reason; anything else is `load_failed` (or the loader's more precise reason, `warmup_failed`)."""
+        m = e.manifest
+        wait_ms = max(int((e.retry_at - self._clock()) * 1000), 1)
+        reason = err.reason if isinstance(err, Unavailable) and err.reason else "load_failed"
+        out = Unavailable(f"model {m.model!r} version {m.version!r} failed to load: {e.error} "
+                          f"(next attempt in {wait_ms} ms)", reason=reason, retry_after_ms=wait_ms,
+                          detail=err.detail if isinstance(err, ServingError) else "")
+        return out
 
     def _failed(self, e: ModelEntry, err: Exception) -> None:
         m = e.manifest

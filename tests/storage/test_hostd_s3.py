@@ -65,6 +65,8 @@ def test_upload_and_serve_through_s3_and_refuse_corrupt_objects(cli, s3_server, 
             assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, details
             assert f"model '{model}'" in details and "version '1'" in details and "'model.onnx'" in details, details
             assert cause in details, details
+            # the first answer, to the caller that waited on the load, already says when to come back
+            assert int(dict(ei.value.trailing_metadata() or ())["retry-after-ms"]) > 0
             state, reason = model_states(h)[model]
             assert state == "FAILED", (model, state, reason)
             # within the retry backoff the model stays refused, with the same cause

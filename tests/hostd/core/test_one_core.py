@@ -21,7 +21,7 @@ import hostd.core.slots
 import hostd.execution
 import hostd.manager
 import sim.cluster
-from ground.errors import Internal, Unavailable
+from ground.errors import Unavailable
 from ground.manifest import FileEntry, ModelFormat, ModelManifest, TensorSpec
 from ground.settings import HostdSettings
 from hostd.core.device import DeviceCache
@@ -161,16 +161,18 @@ async def _single_flight_two_waiters_one_load(mgr, clock, loader):
 async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):
     e = _entry(mgr, "a")
     loader.fail = True
-    with pytest.raises(Internal, match="corrupt weights"):
-        await mgr.ready_runner(e)
+    with pytest.raises(Unavailable, match="corrupt weights") as first:
+        await mgr.ready_runner(e)  # the model's own error, with its backoff: never a reason to call the host down
+    assert first.value.reason == "load_failed" and first.value.retry_after_ms == 1000
     assert e.state is ModelState.FAILED and e.retry_at == clock.now + 1.0 and e.key not in mgr.cache
     clock.now += 0.5
     with pytest.raises(Unavailable) as err:
         await mgr.ready_runner(e)  # within the backoff: no new load
     assert err.value.reason == "load_failed" and loader.calls == 1
     clock.now += 0.5
-    with pytest.raises(Internal):
+    with pytest.raises(Unavailable) as again:
         await mgr.ready_runner(e)  # backoff passed: retried, failed again, now 2 s
+    assert again.value.retry_after_ms == 2000
     assert loader.calls == 2 and e.retry_at == clock.now + 2.0
     loader.fail = False
     e.life.retry_now()  # what an explicit load (manager.load) does

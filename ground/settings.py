@@ -217,6 +217,10 @@ class RouterSettings(BaseSettings):
     catalog_prefix: str = Field("mmhost:catalog:", description="Redis key prefix of the catalog index")
     tenants_prefix: str = Field("mmhost:tenants:", description="Redis key prefix of the tenant registry")
     heartbeat_prefix: str = Field("mmhost:hosts:", description="Redis key prefix of hostd heartbeats")
+    host_missing_grace_s: float = Field(
+        2.0, ge=0, description="Redis mode: a host whose heartbeat is missing stays in the view this long "
+        "(a flushed or failed-over Redis loses every heartbeat at once; live hosts beat again within their interval)",
+    )
     fleet_quotas: bool = Field(
         True, description="Redis mode: tenants' rate and concurrency limits hold across all routers together "
         "(router/quota_policy.py); false = each router enforces them in full, as in embedded mode",

@@ -74,17 +74,28 @@ def view_from_status(s: hc.HostStatus) -> tuple[HostView, dict[str, int]]:
 
 
 class ClusterView:
-    def __init__(self) -> None:
+    def __init__(self, missing_grace_s: float = 0.0) -> None:
         self.hosts: dict[str, Host] = {}
+        self.missing_grace_s = missing_grace_s
+        self._missing_since: dict[str, float] = {}  # address -> when a complete refresh first lacked it
         self.sizes: dict[str, int] = {}
         self._eligible: list[HostView] = []
         self._times: dict[str, list[tuple[str, RecentTimes]]] = {}  # model key -> (host, times) where READY
 
-    def apply(self, statuses: Mapping[str, hc.HostStatus | None], complete: bool) -> None:
-        """Take a refresh. `complete`: hosts missing from `statuses` are gone (their heartbeat expired)."""
+    def apply(self, statuses: Mapping[str, hc.HostStatus | None], complete: bool, now: float = 0.0) -> None:
+        """Take a refresh. `complete`: hosts missing from `statuses` are gone (their heartbeat expired), once
+        they have been missing for `missing_grace_s` (on the caller's clock `now`): an index that vanished as
+        a whole (a Redis FLUSHALL, a failover to an empty replica) is back within one heartbeat interval, and
+        dropping every host meanwhile would refuse every request with `no_host`."""
         if complete:
+            for addr in list(self._missing_since):
+                if addr in statuses or addr not in self.hosts:
+                    del self._missing_since[addr]
             for addr in [a for a in self.hosts if a not in statuses]:
-                del self.hosts[addr]
+                since = self._missing_since.setdefault(addr, now)
+                if now - since >= self.missing_grace_s:
+                    del self.hosts[addr]
+                    del self._missing_since[addr]
         sizes: dict[str, int] = {}
         for addr, s in statuses.items():
             h = self.hosts.setdefault(addr, Host(addr))

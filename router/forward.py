@@ -60,9 +60,7 @@ class Forwarder:
         old, self._channels = self._channels, {}
         self._calls.clear()
         for ch in old.values():
-            t = asyncio.get_running_loop().create_task(ch.close(grace=self._grace))
-            self._retired[t] = ch
-            t.add_done_callback(lambda done: self._retired.pop(done, None))
+            self._retire(ch)
         return True
 
     def _callable(self, address: str, method: str) -> aio.UnaryUnaryMultiCallable:
@@ -86,15 +84,24 @@ class Forwarder:
         return await c(hc.StatusRequest(), timeout=timeout)
 
     async def forget(self, keep: set[str]) -> None:
-        """Close channels to hosts that left the view."""
+        """Close channels to hosts that left the view, in the background once the calls on them had
+        `rotate_grace_s` to finish (closing at once cancels them: a request would pay for the view's change)."""
         for addr in [a for a in self._channels if a not in keep]:
             ch = self._channels.pop(addr)
             for k in [k for k in self._calls if k[0] == addr]:
                 del self._calls[k]
-            await ch.close()
+            self._retire(ch)
+
+    def _retire(self, ch: aio.Channel) -> None:
+        t = asyncio.get_running_loop().create_task(ch.close(grace=self._grace))
+        self._retired[t] = ch
+        t.add_done_callback(lambda done: self._retired.pop(done, None))
 
     async def close(self) -> None:
-        await self.forget(set())
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+        self._calls.clear()
         for t, ch in list(self._retired.items()):
             t.cancel()
             await ch.close()

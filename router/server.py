@@ -66,7 +66,7 @@ class Router:
             raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
-        self.cluster = ClusterView()
+        self.cluster = ClusterView(s.host_missing_grace_s)
         self.local = LocalLoad()
         self.keys = KeyIndex()
         self.admission = Admission()
@@ -127,7 +127,7 @@ class Router:
     async def refresh_hosts(self) -> None:
         await self.forwarder.rotate()  # the client certificate to hostds changed on disk: new channels
         statuses = await self.source.read()
-        self.cluster.apply(statuses, self.source.complete)
+        self.cluster.apply(statuses, self.source.complete, self.clock())
         self.metrics.hosts_up.set(len(self.cluster.eligible()))
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
         if self.source.complete:

@@ -85,6 +85,23 @@ def test_a_failed_host_stays_down_until_a_newer_status_arrives():
     assert "a" not in v.hosts
 
 
+def test_hosts_missing_from_the_heartbeat_index_stay_for_the_grace_then_go():
+    """A flushed Redis loses every heartbeat at once: the hosts stay eligible until they beat again; a host
+    whose heartbeat stays missing past the grace is dropped."""
+    v = ClusterView(missing_grace_s=2.0)
+    v.apply({"a": _status("a", 1.0), "b": _status("b", 1.0)}, complete=True, now=10.0)
+    v.apply({}, complete=True, now=10.1)  # FLUSHALL
+    assert {h.address for h in v.eligible()} == {"a", "b"}
+    v.apply({"a": _status("a", 1.2)}, complete=True, now=10.3)  # a beat again; b not yet
+    assert {h.address for h in v.eligible()} == {"a", "b"}
+    v.apply({"a": _status("a", 1.4), "b": _status("b", 1.4)}, complete=True, now=11.0)  # b is back: its clock resets
+    v.apply({"a": _status("a", 1.6)}, complete=True, now=11.5)
+    v.apply({"a": _status("a", 1.8)}, complete=True, now=13.4)
+    assert "b" in v.hosts
+    v.apply({"a": _status("a", 2.0)}, complete=True, now=13.5)  # missing for 2 s: gone
+    assert set(v.hosts) == {"a"}
+
+
 def test_header_reads_only_the_routing_fields():
     req = pb.ModelInferRequest(model_name="m", model_version="2", id="r", raw_input_contents=[b"x" * 1000])
     req.parameters["priority"].int64_param = 1

@@ -226,6 +226,10 @@ class RouterSettings(BaseSettings):
     )
     upload_dir: Path | None = Field(None, description="where uploads are received before validation; unset = the "
                                     "system's temporary folder")
+    upload_idle_timeout_s: float = Field(
+        30.0, gt=0, description="an upload whose next message does not arrive within this is refused "
+        "(DEADLINE_EXCEEDED), so a stalled client does not hold one of the upload_concurrency places",
+    )
     upload_validate_timeout_s: float = Field(
         120.0, gt=0, description="a model's validation (load and one inference on zeros, in a worker process) "
         "taking longer is killed and the upload refused",

@@ -17,7 +17,8 @@ One call, in order:
    any byte of the file. A declared size over upload_max_bytes: RESOURCE_EXHAUSTED upload_too_large at once.
 3. The file's chunks go to a temporary file in upload_dir, sha256 computed on the way; the call is refused
    (RESOURCE_EXHAUSTED upload_too_large) as soon as the bytes pass upload_max_bytes, so no more than that is
-   ever held. The size and digest must match the header's when it states them.
+   ever held. The size and digest must match the header's when it states them. A stream that sends nothing
+   for upload_idle_timeout_s is DEADLINE_EXCEEDED (a stalled client does not keep its place).
 4. Validation in a worker process (`python -m hostd.validate`, the checks of `mmhost upload --store`: safe
    format, self-contained, loads in the runtime that will serve it, runs on zeros), with
    upload_validate_timeout_s, an environment without the router's credentials, and niceness 10. A refusal is
@@ -50,8 +51,8 @@ from pydantic import ValidationError
 from catalog.index import CatalogUnavailable, RedisCatalog
 from catalog.publish import VersionExists, next_version, publish_new_version
 from catalog.repository import ModelRepository
-from ground.errors import (AlreadyExists, Internal, InvalidArgument, ResourceExhausted, ServingError, Unavailable,
-                           shown)
+from ground.errors import (AlreadyExists, DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted,
+                           ServingError, Unavailable, shown)
 from ground.manifest import ModelFormat, ModelManifest, TensorSpec, check_name
 from ground.settings import RouterSettings
 from ground.units import parse_bytes
@@ -195,7 +196,7 @@ class Uploads:
         outcome = Reason.INTERNAL.value
         try:
             it = request_iterator.__aiter__()
-            header, request = read_header(await _next(it), tenant, self.max_bytes)
+            header, request = read_header(await self._next(it), tenant, self.max_bytes)
             tmp = Path(tempfile.mkdtemp(prefix="mmhost-upload-", dir=self.dir))
             file = tmp / header.model  # a checked name: validation messages name the tenant's model, not a temp file
             with open(file, "xb") as f:
@@ -225,6 +226,9 @@ class Uploads:
         except ServingError as e:
             outcome = e.wire_reason
             raise
+        except asyncio.CancelledError:  # the client went away (or its deadline passed)
+            outcome = "cancelled"
+            raise
         finally:
             self.slots.release(tenant)
             self.metrics.uploads_in_progress.dec()
@@ -237,7 +241,7 @@ class Uploads:
         h = hashlib.sha256()
         n = 0
         bytes_counter = self.metrics.upload_bytes.labels(tenant)
-        while (raw := await _next(it)) is not None:
+        while (raw := await self._next(it)) is not None:
             msg = _parse(raw)
             if msg.WhichOneof("part") != "chunk":
                 raise InvalidArgument("a second header: send one header, then chunks")
@@ -248,6 +252,16 @@ class Uploads:
                 raise _too_large(self.max_bytes)
             await asyncio.to_thread(_absorb, f, h, chunk)
         return n, h.hexdigest()
+
+    async def _next(self, it) -> bytes | None:
+        """The next message, None at the end of the stream; DeadlineExceeded after upload_idle_timeout_s."""
+        idle = self.settings.upload_idle_timeout_s
+        try:
+            return await asyncio.wait_for(it.__anext__(), idle)
+        except StopAsyncIteration:
+            return None
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"no upload message for {idle:g} s", reason=Reason.DEADLINE.value) from None
 
     async def _validate(self, request: dict) -> ModelManifest:
         """The worker's verdict on the model: the manifest to publish, or InvalidArgument model_invalid."""
@@ -297,13 +311,6 @@ class Uploads:
                         manifest.version, e)
             return False
         return True
-
-
-async def _next(it) -> bytes | None:
-    try:
-        return await it.__anext__()
-    except StopAsyncIteration:
-        return None
 
 
 def _absorb(f, h, chunk: bytes) -> None:

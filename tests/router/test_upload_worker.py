@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from ground.errors import Internal, InvalidArgument
+from ground.errors import DeadlineExceeded, Internal, InvalidArgument
 from ground.settings import RouterSettings
 from router.metrics import RouterMetrics
 from router.uploads import UploadSlots, Uploads, worker_env
 
 
-def _uploads(code: str, timeout_s: float = 30.0) -> Uploads:
-    s = RouterSettings(plaintext=True, upload_validate_timeout_s=timeout_s)
+def _uploads(code: str = "", timeout_s: float = 30.0, idle_s: float = 30.0) -> Uploads:
+    s = RouterSettings(plaintext=True, upload_validate_timeout_s=timeout_s, upload_idle_timeout_s=idle_s)
     return Uploads(settings=s, authenticate=lambda c: "acme", repo=None, catalog=None, directory=None,  # type: ignore[arg-type]
                    metrics=RouterMetrics(), validator=(sys.executable, "-c", code))
 
@@ -60,3 +60,16 @@ def test_one_upload_per_tenant_and_a_total():
     assert s.acquire("a") and not s.acquire("a") and s.acquire("b") and not s.acquire("c")
     s.release("a")
     assert s.acquire("c")
+
+
+def test_a_stalled_upload_gives_its_place_back():
+    u = _uploads(idle_s=0.2)
+
+    async def stalled():
+        await asyncio.sleep(3600)
+        yield b""
+
+    with pytest.raises(DeadlineExceeded):
+        asyncio.run(u.publish(stalled(), None))
+    assert u.slots.busy == set()
+    assert u.metrics.uploads.labels("acme", "deadline")._value.get() == 1

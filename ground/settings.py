@@ -70,6 +70,11 @@ class HostdSettings(BaseSettings):
         False, description="serve without TLS: only for the demo, tests and a host reachable by nothing but "
         "its routers; required when tls_cert is unset",
     )
+    tls_without_client_auth: bool = Field(
+        False, description="serve TLS (tls_cert) without tls_client_ca: any caller that completes a TLS handshake "
+        "may name any tenant in mmhost-tenant. Refused unless this is set (the port is reachable by routers "
+        "alone, e.g. behind a NetworkPolicy) or dev_mode is on",
+    )
     dev_mode: bool = Field(
         False, description="development mode: calls without mmhost-tenant metadata run as default_tenant. "
         "Off in every deployment: a hostd then refuses calls that name no tenant",

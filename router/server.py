@@ -123,7 +123,7 @@ class Router:
                                        catalog=catalog, directory=self.directory, metrics=self.metrics,
                                        clock=self.clock)
             except ValueError as e:
-                raise SystemExit(f"router: upload_max_bytes: {e}") from None
+                raise SystemExit(f"router: uploads: {e} (settings upload_max_bytes, upload_dir)") from None
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None

@@ -22,7 +22,10 @@ One call, in order:
 4. Validation in a worker process (`python -m hostd.validate`, the checks of `mmhost upload --store`: safe
    format, self-contained, loads in the runtime that will serve it, runs on zeros), with
    upload_validate_timeout_s, an environment without the router's credentials, and niceness 10. A refusal is
-   INVALID_ARGUMENT model_invalid, with the validator's reason.
+   INVALID_ARGUMENT model_invalid, with the validator's reason. Only the verdict is taken from the worker (it
+   parsed a tenant's file, so a crafted one may have taken it over): the manifest must name the key's tenant,
+   the model and version asked for, and a plain model file name. The worker still runs as the router's user:
+   a separate user, no network and a seccomp profile would confine it further (not done).
 5. Published by catalog.publish (files first, manifest last) under the tenant's prefix, then indexed in the
    catalog (Redis), and this router's directory forgets the name: the model is callable when the call returns.
    A version that exists already is ALREADY_EXISTS version_exists.
@@ -178,6 +181,8 @@ class Uploads:
         self.clock = clock
         self.slots = UploadSlots(settings.upload_concurrency)
         self.dir = settings.upload_dir
+        if self.dir is not None and not self.dir.is_dir():
+            raise ValueError(f"upload_dir {self.dir}: no such folder")
 
     def handler(self) -> grpc.GenericRpcHandler:
         # raw bytes in (decoded here: INVALID_ARGUMENT for a malformed message, never grpc's UNKNOWN)
@@ -211,6 +216,7 @@ class Uploads:
                 raise AlreadyExists(f"model {shown(model)} version {shown(version)} already exists; versions are "
                                     "immutable", reason=Reason.VERSION_EXISTS.value)
             manifest = await self._validate({**request, "file": str(file), "version": version})
+            _check_answer(manifest, tenant, model, version)
             try:
                 final = await self._store(publish_new_version, self.repo, manifest, {manifest.model_file: file})
             except VersionExists as e:
@@ -311,6 +317,19 @@ class Uploads:
                         manifest.version, e)
             return False
         return True
+
+
+def _check_answer(manifest: ModelManifest, tenant: str, model: str, version: str) -> None:
+    """The worker parsed a tenant's file: if a crafted model took it over, its answer is the attacker's. Only
+    the verdict is taken from it, never where to write: the manifest must name the key's tenant, the model and
+    version asked for, and a model file that is one plain path segment."""
+    try:
+        check_name("file", manifest.model_file)
+    except ValueError:
+        raise Internal("model validation failed", detail=f"worker named model file {manifest.model_file!r}") from None
+    if manifest.key() != (tenant, model, version):
+        raise Internal("model validation failed", detail=f"worker answered for {manifest.key()}, "
+                       f"not {(tenant, model, version)}")
 
 
 def _absorb(f, h, chunk: bytes) -> None:

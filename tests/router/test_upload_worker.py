@@ -73,3 +73,25 @@ def test_a_stalled_upload_gives_its_place_back():
         asyncio.run(u.publish(stalled(), None))
     assert u.slots.busy == set()
     assert u.metrics.uploads.labels("acme", "deadline")._value.get() == 1
+
+
+def test_only_the_verdict_is_taken_from_the_worker():
+    """A worker taken over by a crafted model cannot make the router write elsewhere."""
+    from ground.manifest import ModelFormat, ModelManifest, TensorSpec
+    from router.uploads import _check_answer
+
+    t = [TensorSpec(name="x", datatype="FP32", shape=[-1, 2])]
+    ok = ModelManifest(tenant="acme", model="m", version="1", format=ModelFormat.ONNX, model_file="model.onnx",
+                       inputs=t, outputs=t)
+    _check_answer(ok, "acme", "m", "1")
+    for bad in ({"tenant": "globex"}, {"model": "other"}, {"version": "2"}):
+        with pytest.raises(Internal):
+            _check_answer(ok.model_copy(update=bad), "acme", "m", "1")
+    with pytest.raises(Internal):
+        _check_answer(ok.model_copy(update={"model_file": "../../globex/models/m/1/model.onnx"}), "acme", "m", "1")
+
+
+def test_a_missing_upload_dir_is_refused_at_start(tmp_path):
+    with pytest.raises(ValueError, match="upload_dir"):
+        Uploads(settings=RouterSettings(plaintext=True, upload_dir=tmp_path / "nope"), authenticate=lambda c: "acme",
+                repo=None, catalog=None, directory=None, metrics=RouterMetrics())  # type: ignore[arg-type]

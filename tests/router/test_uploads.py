@@ -42,7 +42,8 @@ def router(cluster, tmp_path_factory):
     env = {**cluster.env, "MMHOST_ROUTER_UPLOADS": "true", "MMHOST_ROUTER_UPLOAD_MAX_BYTES": str(LIMIT)}
     r = RouterProc(tmp_path_factory.mktemp("upload-router"), cluster.router_args(), env)
     t0 = time.monotonic()
-    while _gauge(r, "mmhost_router_hosts_up") < len(cluster.alive()) and time.monotonic() - t0 < 20:
+    while _gauge(r, "mmhost_router_hosts_up") < len(cluster.alive()):
+        assert time.monotonic() - t0 < 60, "the router never saw every hostd"
         time.sleep(0.05)
     yield r
     r.stop()
@@ -90,9 +91,19 @@ def _want(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 def _infer(router, key: str, model: str, version: str = "") -> np.ndarray:
+    """The answer; UNAVAILABLE (a busy or briefly unseen host on a loaded test machine) is retried for 30 s,
+    anything else (NOT_FOUND: the model not callable) fails at once."""
     req = infer_request(model, rows=2)
     req.model_version = version
-    res = router.stub.ModelInfer(req, metadata=auth(key), timeout=60)
+    t0 = time.monotonic()
+    while True:
+        try:
+            res = router.stub.ModelInfer(req, metadata=auth(key), timeout=60)
+            break
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() - t0 > 30:
+                raise
+            time.sleep(0.2)
     return np.frombuffer(res.raw_output_contents[0], dtype=np.float32).reshape(2, -1)
 
 
@@ -131,7 +142,7 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
     np.testing.assert_allclose(_infer(router, cluster.keys["acme"], "uploaded", "2"), want, rtol=1e-5, atol=1e-5)
     t0 = time.monotonic()
     while not np.allclose(_infer(router, cluster.keys["acme"], "uploaded"), want, rtol=1e-5, atol=1e-5):
-        assert time.monotonic() - t0 < 15, "version 2 never became the default"
+        assert time.monotonic() - t0 < 30, "version 2 never became the default"
         time.sleep(0.2)
 
 

@@ -101,6 +101,12 @@ class PermissionDenied(ServingError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class AlreadyExists(ServingError):
+    """A version that is already published (versions are immutable)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class Forwarded(ServingError):
     """A hostd's error status, passed on unchanged (code, message, reason, retry-after-ms)."""
 

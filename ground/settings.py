@@ -70,6 +70,11 @@ class HostdSettings(BaseSettings):
         False, description="serve without TLS: only for the demo, tests and a host reachable by nothing but "
         "its routers; required when tls_cert is unset",
     )
+    tls_without_client_auth: bool = Field(
+        False, description="serve TLS (tls_cert) without tls_client_ca: any caller that completes a TLS handshake "
+        "may name any tenant in mmhost-tenant. Refused unless this is set (the port is reachable by routers "
+        "alone, e.g. behind a NetworkPolicy) or dev_mode is on",
+    )
     dev_mode: bool = Field(
         False, description="development mode: calls without mmhost-tenant metadata run as default_tenant. "
         "Off in every deployment: a hostd then refuses calls that name no tenant",
@@ -213,6 +218,26 @@ class RouterSettings(BaseSettings):
     store: str | None = Field(
         None, validation_alias=AliasChoices("MMHOST_ROUTER_STORE", "MMHOST_STORE"),
         description="model store for the catalog (MMHOST_STORE, shared, when unset); unset = hosts answer NOT_FOUND",
+    )
+    uploads: bool = Field(
+        False, description="serve mmhost.uploads.Uploads: tenants publish model versions with their API key, "
+        "into `store` under their own prefix (router/uploads.py). Needs store, and a store credential that may "
+        "write tenants/*/models/* (docs/storage.md, bucket policy)",
+    )
+    upload_max_bytes: str = Field("1GiB", description="largest model file a tenant may upload (bytes, e.g. 1GiB)")
+    upload_concurrency: int = Field(
+        2, ge=1, description="uploads received or validated at once by this router (one per tenant); past it "
+        "RESOURCE_EXHAUSTED uploads_busy. Each holds up to upload_max_bytes on disk in upload_dir",
+    )
+    upload_dir: Path | None = Field(None, description="where uploads are received before validation; unset = the "
+                                    "system's temporary folder")
+    upload_idle_timeout_s: float = Field(
+        30.0, gt=0, description="an upload whose next message does not arrive within this is refused "
+        "(DEADLINE_EXCEEDED), so a stalled client does not hold one of the upload_concurrency places",
+    )
+    upload_validate_timeout_s: float = Field(
+        120.0, gt=0, description="a model's validation (load and one inference on zeros, in a worker process) "
+        "taking longer is killed and the upload refused",
     )
     catalog_prefix: str = Field("mmhost:catalog:", description="Redis key prefix of the catalog index")
     tenants_prefix: str = Field("mmhost:tenants:", description="Redis key prefix of the tenant registry")

@@ -316,7 +316,13 @@ def listen_credentials(role: str, cert: Path | None, key: Path | None, plaintext
 
 
 def hostd_credentials(s: HostdSettings) -> grpc.ServerCredentials | None:
-    """hostd's port: mutual TLS when tls_client_ca is set (every caller shows a certificate from that CA)."""
+    """hostd's port: mutual TLS when tls_client_ca is set (every caller shows a certificate from that CA).
+    TLS without it looks protected but is not: hostd trusts the mmhost-tenant metadata of whoever calls, so
+    any TLS client could act as any tenant. That takes an explicit tls_without_client_auth=true (or dev_mode)."""
+    if s.tls_cert is not None and s.tls_client_ca is None and not (s.tls_without_client_auth or s.dev_mode):
+        raise TLSConfigError("hostd: tls_cert without tls_client_ca lets any TLS caller act as any tenant "
+                             "(mmhost-tenant); set tls_client_ca (routers' certificates, mutual TLS), or "
+                             "tls_without_client_auth=true if only routers can reach this port")
     return listen_credentials("hostd", s.tls_cert, s.tls_key, s.plaintext, s.tls_client_ca,
                               require_client_cert=s.tls_client_ca is not None)
 

@@ -35,6 +35,7 @@ from enum import Enum
 
 SERVICE = "inference.GRPCInferenceService"
 CONTROL_SERVICE = "mmhost.hostd.HostdControl"
+UPLOADS_SERVICE = "mmhost.uploads.Uploads"  # on routers: tenants publish models (protos/uploads.proto)
 
 TENANT_HEADER = "mmhost-tenant"
 REASON = "mmhost-reason"
@@ -73,6 +74,11 @@ class Reason(str, Enum):
     NOT_FOUND = "not_found"
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"  # an operator action asked for by a tenant (e.g. pinning a model)
+    # tenant uploads (router/uploads.py)
+    UPLOAD_TOO_LARGE = "upload_too_large"  # the file is over upload_max_bytes (no retry will help)
+    UPLOADS_BUSY = "uploads_busy"  # upload_concurrency uploads in progress (or one of this tenant's): retry later
+    MODEL_INVALID = "model_invalid"  # the model failed validation: nothing was stored
+    VERSION_EXISTS = "version_exists"  # the version named is already published (versions are immutable)
     INTERNAL = "internal"
 
 

@@ -166,7 +166,8 @@ class Hostd:
             creds = tls.hostd_credentials(s)
         except (OSError, ValueError) as e:  # TLSConfigError is a ValueError
             msg = str(e) if str(e).startswith("hostd:") else f"hostd: {e}"
-            raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext; env MMHOST_HOSTD_*)") from None
+            raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, tls_without_client_auth; "
+                             "env MMHOST_HOSTD_*)") from None
         # ONNX Runtime's one-time start-up (thread pools, arenas) now, not inside the first cold load.
         # torch is primed on its first model only: hostd stays small until a torch model is asked for.
         await asyncio.get_running_loop().run_in_executor(

@@ -156,9 +156,12 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[bold]or over REST[/] (KServe v2 HTTP/JSON on {rest_listen}):")
                 console.print(CURL_SNIPPET.format(key=key, rest=rest_listen, zeros=", ".join(["0.5"] * 64)),
                               markup=False, highlight=False, soft_wrap=True)
+            console.print("[bold]publish a model of your own[/] (as the tenant: its key, no store access):")
+            console.print(f"mmhost upload model.onnx --router {listen} --plaintext --api-key {key} --model mine",
+                          markup=False, highlight=False, soft_wrap=True)
             serve(RouterSettings(listen=listen, hosts=hosts, tenants_file=workdir / "tenants.json", store=str(store),
                                  metrics_port=metrics_port, refresh_interval_s=0.5, plaintext=True,
-                                 rest_listen=rest_listen))
+                                 rest_listen=rest_listen, uploads=True))
         finally:
             _stop_all(procs)
             lock.close()

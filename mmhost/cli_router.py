@@ -127,6 +127,8 @@ def register(app: typer.Typer) -> None:
         refresh_interval: float = setting_option(R, "refresh_interval_s", "--refresh-interval"),
         plaintext: bool = setting_option(R, "plaintext", "--plaintext/--tls", help="serve tenants without TLS (demo and "
                                          "tests); else tls_cert/tls_key are needed"),
+        uploads: bool = setting_option(R, "uploads", "--uploads/--no-uploads", help="tenants publish models with "
+                                       "their API key (`mmhost upload --router`), into --store"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
@@ -139,7 +141,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "listen": listen, "rest_listen": rest_listen, "redis_url": redis, "tenants_file": tenants, "store": store,
             "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
-            "plaintext": plaintext,
+            "plaintext": plaintext, "uploads": uploads,
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }
         serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())

@@ -1,5 +1,6 @@
-"""`mmhost upload` and `mmhost catalog list | rebuild | set-policy`: thin commands over mmhost.upload and
-catalog.index. Settings (S3 from MMHOST_S3_*, overridable by --s3-endpoint) are parsed here, once."""
+"""`mmhost upload` and `mmhost catalog list | rebuild | set-policy`: thin commands over mmhost.upload (operators,
+--store), mmhost.upload_client (tenants, --router) and catalog.index. Settings (S3 from MMHOST_S3_*,
+overridable by --s3-endpoint) are parsed here, once."""
 
 from __future__ import annotations
 
@@ -51,8 +52,16 @@ def _redis_catalog(repo, url: str, prefix: str):
 
 def upload_cmd(
     file: Path = typer.Argument(..., exists=False, help="the model file (ONNX, TorchScript or torch.export .pt2)"),
-    store: str = STORE,
-    tenant: str = typer.Option(..., "--tenant"),
+    store: str | None = typer.Option(None, "--store", envvar="MMHOST_STORE", help="operators: write to this store "
+                                     "directly (a folder, file:// or s3://bucket/prefix), with its credentials"),
+    router: str | None = typer.Option(None, "--router", envvar="MMHOST_ROUTER", help="tenants: upload through this "
+                                      "router (HOST:PORT) with --api-key; no store credentials needed"),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="MMHOST_API_KEY", help="with --router: your API key "
+                                       "(it names your tenant)"),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="with --router: CA of the router's certificate "
+                                       "(default: the system's)"),
+    plaintext: bool = typer.Option(False, "--plaintext", help="with --router: no TLS (demo and tests)"),
+    tenant: str | None = typer.Option(None, "--tenant", help="with --store: the tenant (with --router it is the key's)"),
     model: str = typer.Option(..., "--model"),
     version: str | None = typer.Option(None, "--version", help="default: one past the highest existing version"),
     fmt: ModelFormat | None = typer.Option(None, "--format", help="checked against the file's content"),
@@ -63,7 +72,8 @@ def upload_cmd(
     ),
     instance_count: int = typer.Option(1, "--instance-count", min=1, max=64),
     max_queue_delay_us: int = typer.Option(0, "--max-queue-delay-us", min=0),
-    max_bytes: int = typer.Option(2 << 30, "--max-bytes", min=1, envvar="MMHOST_UPLOAD_MAX_BYTES", help="size limit"),
+    max_bytes: int = typer.Option(2 << 30, "--max-bytes", min=1, envvar="MMHOST_UPLOAD_MAX_BYTES",
+                                  help="size limit (--store; a router has its own, upload_max_bytes)"),
     uploaded_by: str = typer.Option("", "--uploaded-by", envvar="USER"),
     description: str = typer.Option("", "--description"),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON manifest options (batching, queue policy, instances)"),
@@ -71,43 +81,86 @@ def upload_cmd(
     redis_prefix: str = REDIS_PREFIX,
     s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
-    """Validate a model, upload it as a new version (manifest last) and print the version."""
+    """Validate a model, upload it as a new version (manifest last) and print the version. Operators write to
+    the store (--store, --tenant); tenants go through a router with their API key (--router, --api-key)."""
+    from mmhost.upload import UploadRefused, parse_tensor_spec, read_config
+
+    err = Console(stderr=True)
+    if (store is None) == (router is None):
+        typer.echo("error: give --store (operators: the store itself) or --router (tenants: with --api-key)", err=True)
+        raise typer.Exit(code=2)
+    if router is not None and tenant is not None:
+        typer.echo("error: --tenant is for --store; through a router the tenant is the one your API key names", err=True)
+        raise typer.Exit(code=2)
+    if router is not None and not api_key:
+        typer.echo("error: --router needs --api-key (or MMHOST_API_KEY)", err=True)
+        raise typer.Exit(code=2)
+    if store is not None and tenant is None:
+        typer.echo("error: --store needs --tenant", err=True)
+        raise typer.Exit(code=2)
+    try:
+        ins = [parse_tensor_spec(s) for s in inputs]
+        outs = [parse_tensor_spec(s) for s in outputs]
+        cfg = read_config(config) if config else {}
+    except (ValueError, UploadRefused) as e:
+        raise _fail(err, str(e)) from None
+    opts = dict(version=version, inputs=ins, outputs=outs, max_batch_size=max_batch_size,
+                instance_count=instance_count, max_queue_delay_us=max_queue_delay_us, uploaded_by=uploaded_by,
+                description=description)
+    if router is not None:
+        assert api_key is not None
+        _upload_via_router(err, file, router, api_key, tls_ca, plaintext, model, fmt, cfg, opts)
+        return
+    assert store is not None and tenant is not None
+    _upload_to_store(err, file, store, tenant, model, fmt, cfg, opts, max_bytes, redis_url, redis_prefix, s3_endpoint)
+
+
+def _bar(err: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=err, transient=True)
+
+
+def _upload_via_router(err: Console, file: Path, router: str, api_key: str, tls_ca: Path | None, plaintext: bool,
+                       model: str, fmt: ModelFormat | None, cfg: dict, opts: dict) -> None:
+    from mmhost.upload_client import PublishFailed, RouterTarget, header, publish
+
+    if not file.is_file():
+        raise _fail(err, f"{file}: no such file")
+    h = header(file, model, fmt=fmt.value if fmt else None, config=cfg,
+               **{**opts, "instance_count": opts["instance_count"] if opts["instance_count"] != 1 else 0})
+    target = RouterTarget(router, api_key, tls_ca, plaintext)
+    try:
+        with _bar(err) as bar:
+            task = bar.add_task(f"uploading {file.name}", total=h.size_bytes)
+
+            def progress(n: int) -> None:
+                bar.update(task, advance=n)
+                if bar.tasks[task].completed >= h.size_bytes:
+                    bar.update(task, description=f"validating {file.name} on the router")
+
+            res = publish(target, h, file, progress)
+    except PublishFailed as e:
+        raise _fail(err, str(e)) from None
+    err.print(f"uploaded {model} version {res.version} ({res.format}, {res.size_bytes} bytes, max_batch_size "
+              f"{res.max_batch_size}) through {router}", highlight=False)
+    if not res.indexed:
+        err.print("[yellow]warning:[/yellow] stored, but the router could not index it: it becomes callable once "
+                  "the operators rebuild the catalog index", highlight=False)
+    typer.echo(res.version)
+
+
+def _upload_to_store(err: Console, file: Path, store: str, tenant: str, model: str, fmt: ModelFormat | None, cfg: dict,
+                     opts: dict, max_bytes: int, redis_url: str | None, redis_prefix: str,
+                     s3_endpoint: str | None) -> None:
     from catalog.index import CatalogUnavailable
-    from mmhost.upload import UploadRefused, UploadRequest, parse_tensor_spec, read_config, upload
+    from mmhost.upload import UploadRefused, UploadRequest, upload
     from storage_adapters.base import StorageError
     from storage_adapters.factory import StorageURIError
 
-    err = Console(stderr=True)
-    try:
-        req = UploadRequest(
-            tenant=tenant,
-            model=model,
-            file=file,
-            version=version,
-            format=fmt,
-            inputs=[parse_tensor_spec(s) for s in inputs],
-            outputs=[parse_tensor_spec(s) for s in outputs],
-            max_batch_size=max_batch_size,
-            instance_count=instance_count,
-            max_queue_delay_us=max_queue_delay_us,
-            max_bytes=max_bytes,
-            uploaded_by=uploaded_by,
-            description=description,
-            config=read_config(config) if config else {},
-        )
-    except (ValueError, UploadRefused) as e:
-        raise _fail(err, str(e)) from None
+    req = UploadRequest(tenant=tenant, model=model, file=file, format=fmt, max_bytes=max_bytes, config=cfg, **opts)
     try:
         repo = _repo(store, s3_endpoint)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        ) as bar:
+        with _bar(err) as bar:
 
             def progress_for(path: str, size: int):
                 task = bar.add_task(f"uploading {path}", total=size)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTOS = ["protos/model_config.proto", "protos/grpc_service.proto", "protos/hostd_control.proto", "protos/router_header.proto"]
+PROTOS = ["protos/model_config.proto", "protos/grpc_service.proto", "protos/hostd_control.proto", "protos/router_header.proto",
+          "protos/uploads.proto"]
 
 
 def generate(out_dir: Path) -> None:

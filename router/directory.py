@@ -132,6 +132,12 @@ class ModelDirectory:
             while len(self._unknown) > self.max_unknown:
                 self._unknown.popitem(last=False)
 
+    def forget(self, tenant: str, model: str) -> None:
+        """Drop what is remembered of one model (a version was just published through this router): the next
+        request looks it up again instead of reusing a miss for up to miss_ttl_s."""
+        self._known.pop((tenant, model), None)
+        self._unknown.pop((tenant, model), None)
+
     async def listing(self, tenant: str) -> list[tuple[str, list[str]]]:
         """(model, versions) for every model of the tenant (RepositoryIndex; not cached)."""
         catalog = self.catalog

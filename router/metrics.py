@@ -36,4 +36,13 @@ class RouterMetrics:
         self.quota_mode = Gauge("mmhost_router_quota_mode", "Redis mode: 1 on how tenant limits hold now: fleet "
                                 "(across all routers, through Redis) or local (Redis unreachable: limit / routers seen)",
                                 ["mode"], registry=r)
+        self.uploads = Counter("mmhost_router_uploads_total", "Tenant uploads (router/uploads.py) by outcome: ok, or "
+                               "the refusal's reason", ["tenant", "outcome"], registry=r)
+        self.upload_bytes = Counter("mmhost_router_upload_bytes_total", "Model file bytes received from tenants",
+                                    ["tenant"], registry=r)
+        self.uploads_in_progress = Gauge("mmhost_router_uploads_in_progress", "Uploads being received, validated "
+                                         "or stored", registry=r)
+        self.upload_validate_seconds = Histogram(
+            "mmhost_router_upload_validate_seconds", "Validation of an uploaded model (worker process: start, load, "
+            "one inference on zeros)", buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300), registry=r)
         register_process_collectors(r)

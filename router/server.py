@@ -20,6 +20,7 @@ from ground.interceptors import ErrorInterceptor
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
 from ground.settings import S3Settings
+from ground.wire import UPLOADS_SERVICE
 from protos import grpc_service_pb2
 from router.accesslog import AccessLog
 from router.admission import Admission
@@ -37,6 +38,7 @@ from router.rest import RestServer, rest_enabled
 from router.servicer import RouterServicer
 from ground.settings import RouterSettings
 from router.tenants import FileTenants, RedisTenants, TenantFeed, TenantRegistry
+from router.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,16 @@ class Router:
         self.servicer = RouterServicer(settings=s, keys=self.keys, directory=self.directory, cluster=self.cluster,
                                        dispatcher=self.dispatcher, metrics=self.metrics, access_log=self.access_log,
                                        clock=self.clock, wall_clock=self.wall_clock, admission=self.admission)
+        self.uploads: Uploads | None = None  # tenants publish models with their API key (settings.uploads)
+        if s.uploads:
+            if catalog is None:
+                raise SystemExit("router: uploads=true needs a store to publish to (--store, MMHOST_ROUTER_STORE)")
+            try:
+                self.uploads = Uploads(settings=s, authenticate=self.servicer.authenticate, repo=catalog.repo,
+                                       catalog=catalog, directory=self.directory, metrics=self.metrics,
+                                       clock=self.clock)
+            except ValueError as e:
+                raise SystemExit(f"router: uploads: {e} (settings upload_max_bytes, upload_dir)") from None
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
         self.port: int | None = None
@@ -184,9 +196,12 @@ class Router:
                if s.stream_window_bytes else []),
         )
         self.server.add_generic_rpc_handlers((self.servicer.handler(),))
+        names: tuple[str, ...] = (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+                                  health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+        if self.uploads is not None:
+            self.server.add_generic_rpc_handlers((self.uploads.handler(),))
+            names += (UPLOADS_SERVICE,)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
-                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self.server)
         self.port = tls.add_port(self.server, s.listen, self.creds)
         if self.port == 0:
@@ -217,9 +232,10 @@ class Router:
         mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
         # the resolved settings, once: what an operator checks first
         log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s); store %s; inflight_bytes %s, tenant %s; "
-                 "max_attempts %d; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
+                 "max_attempts %d; uploads %s; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
                  len(self.cluster.eligible()), len(self.keys), s.store or "-", s.inflight_bytes,
                  s.tenant_inflight_bytes or "1/4 of it", s.max_attempts,
+                 f"on (at most {s.upload_max_bytes})" if self.uploads else "off",
                  f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
 
     async def stop(self) -> None:

@@ -102,6 +102,8 @@ class RouterServicer:
             self.metrics.unauthenticated.inc()
             raise Unauthenticated(str(e)) from None
 
+    authenticate = _tenant  # the same front door for the router's other services (router/uploads.py)
+
     def _deadline(self, context: aio.ServicerContext, now: float, timeout_us: int | None = None) -> float:
         """The call's absolute deadline on `self.clock` (INF for none): ground/deadlines.py's one rule, for
         admission and forwarding alike."""

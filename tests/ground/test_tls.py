@@ -222,7 +222,8 @@ def test_settings_decide_tls_or_plaintext(pki):
     from ground.settings import HostdSettings, RouterSettings
 
     def hostd(**kw):
-        base = {"tls_cert": None, "tls_key": None, "tls_client_ca": None, "plaintext": False}
+        base = {"tls_cert": None, "tls_key": None, "tls_client_ca": None, "plaintext": False, "dev_mode": False,
+                "tls_without_client_auth": False}
         return HostdSettings(**{**base, **kw})
 
     pair = {"tls_cert": pki / "hostd.pem", "tls_key": pki / "hostd-key.pem"}
@@ -236,6 +237,11 @@ def test_settings_decide_tls_or_plaintext(pki):
     mutual = hostd(**pair, tls_client_ca=pki / "ca.pem")
     assert tls.hostd_credentials(mutual) is not None and len(tls.hostd_interceptors(mutual)) == 1
     assert tls.hostd_interceptors(hostd(**pair)) == []
+    # TLS without client certificates: any TLS caller could name any tenant; only when asked for (or dev mode)
+    with pytest.raises(tls.TLSConfigError, match="tls_client_ca"):
+        tls.hostd_credentials(hostd(**pair))
+    for opt_in in ({"tls_without_client_auth": True}, {"dev_mode": True}):
+        assert tls.hostd_credentials(hostd(**pair, **opt_in)) is not None
 
     def router(**kw):
         base = {"hostd_ca": None, "hostd_client_cert": None, "hostd_client_key": None}

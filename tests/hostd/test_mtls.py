@@ -2,7 +2,7 @@
 inference service and HostdControl.Status is refused to a caller without the router's certificate (plaintext,
 TLS without a client certificate, a tenant's certificate from the same CA) and served to one with it; a call
 without mmhost-tenant is refused unless dev mode is on; the plaintext health port answers kubelet; a hostd
-with neither certificates nor plaintext=true refuses to start."""
+with neither certificates nor plaintext=true refuses to start, and so does one with TLS but no client CA."""
 
 from __future__ import annotations
 
@@ -156,3 +156,16 @@ def test_no_certificates_and_no_plaintext_refuses_to_start(demo_store, tmp_path)
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
     assert "tls_cert" in last and "plaintext" in last, p.stderr
+
+
+def test_tls_without_a_client_ca_refuses_to_start(demo_store, pki, tmp_path):
+    """A hostd with a serving certificate but no tls_client_ca would take mmhost-tenant from any TLS caller:
+    it does not start unless told that only routers can reach it (or in dev mode)."""
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MMHOST_")}
+    env.update({"MMHOST_HOSTD_TLS_CERT": str(pki / "hostd.pem"), "MMHOST_HOSTD_TLS_KEY": str(pki / "hostd-key.pem")})
+    p = subprocess.run([sys.executable, "-m", "mmhost.cli", "hostd", "--listen", f"127.0.0.1:{free_port()}",
+                        "--store", str(demo_store), "--metrics-port", "0", "--cache-dir", str(tmp_path / "c")],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert "tls_client_ca" in last and "tls_without_client_auth" in last, p.stderr

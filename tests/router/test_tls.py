@@ -56,7 +56,8 @@ def perimeter(pki, tmp_path_factory):
            "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
            "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
            "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
-           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_TLS_CLIENT_LISTEN": f"127.0.0.1:{free_port()}"}
+           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_TLS_CLIENT_LISTEN": f"127.0.0.1:{free_port()}",
+           "MMHOST_ROUTER_UPLOADS": "true"}
     r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store),
                           "--refresh-interval", "0.2"], env, health_port=rhp,
                    channel_credentials=tls.channel_credentials(pki / "ca.pem"))
@@ -148,6 +149,32 @@ def test_the_health_port_answers_in_plaintext(perimeter):
     with grpc.insecure_channel(r.health_addr) as ch:
         assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
             health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_tenant_uploads_over_tls_into_a_local_store(perimeter, pki, tmp_path):
+    """`mmhost upload --router --tls-ca` (embedded mode: the store is a folder, the catalog is the store); the
+    model is callable through the router at once, and a plaintext upload client is refused."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from mmhost.cli import app
+    from mmhost.demo_models import build_onnx_mlp
+    from mmhost.upload_client import PublishFailed, RouterTarget, header, publish
+
+    r, keys = perimeter
+    build_onnx_mlp(tmp_path / "m.onnx", (8, 4, 2))
+    run = CliRunner().invoke(app, ["upload", str(tmp_path / "m.onnx"), "--router", r.addr, "--tls-ca",
+                                   str(pki / "ca.pem"), "--api-key", keys["other"], "--model", "over_tls"])
+    assert run.exit_code == 0, run.output
+    assert run.stdout.strip().splitlines()[-1] == "1"
+    req = pb.ModelInferRequest(model_name="over_tls", inputs=[pb.ModelInferRequest.InferInputTensor(
+        name="input", datatype="FP32", shape=[1, 8])], raw_input_contents=[np.ones((1, 8), np.float32).tobytes()])
+    assert r.stub.ModelInfer(req, metadata=auth(keys["other"]), timeout=60).outputs[0].shape == [1, 2]
+    assert code_of(lambda: r.stub.ModelInfer(req, metadata=auth(keys["demo"]), timeout=30)) == C.NOT_FOUND
+    with pytest.raises(PublishFailed) as e:
+        publish(RouterTarget(r.addr, keys["other"], plaintext=True, timeout_s=10), header(tmp_path / "m.onnx", "x"),
+                tmp_path / "m.onnx")
+    assert e.value.code == "UNAVAILABLE"
 
 
 def test_a_rotated_serving_certificate_reaches_new_connections_without_a_restart(perimeter, pki):

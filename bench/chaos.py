@@ -4,8 +4,8 @@ should not have, peak RSS per process, the target and whether it held.
 
     python -m bench.chaos [--fuzz-n 10000] [--unknown 20000]
 
-Not here yet: FLUSHALL under load with rebuild (router side: tests/router/test_tenants_durable.py) and the
-64 x 8 MB / 16 x 60 MB storms (tests/isolation/test_bytes_inflight.py)."""
+The byte storms (64 x 8 MB, 16 x 60 MB) run on a router + hostd of their own (bench/storms.py), after the cluster
+rows; `--no-storms` skips them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from pathlib import Path
 import grpc
 
 from bench.fuzz import fuzz
-from tests.isolation.test_chaos import chaos_cluster, load, metric
+from bench.storms import run_storms
+from ground.wire import TENANT_HEADER
+from tests.isolation.test_chaos import chaos_cluster, flushall_under_load, load, metric, rebuild
 from tests.router.conftest import IN_DIM, auth, infer_request
 
 rows: list[tuple] = []
@@ -70,10 +72,14 @@ def main() -> None:
     ap.add_argument("--broken-s", type=float, default=15.0)
     ap.add_argument("--fuzz-n", type=int, default=10_000)
     ap.add_argument("--unknown", type=int, default=20_000)
+    ap.add_argument("--flush-s", type=float, default=10.0)
+    ap.add_argument("--storm-s", type=float, default=8.0)
+    ap.add_argument("--no-storms", action="store_true")
     a = ap.parse_args()
     for k, v in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench"), ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(k, v)  # moto_server on loopback takes any
-    with tempfile.TemporaryDirectory() as d, chaos_cluster(Path(d)) as (redis, moto, router, keys, procs):
+    with tempfile.TemporaryDirectory() as d, chaos_cluster(Path(d)) as c:
+        redis, moto, router, keys, procs = c[:5]
         pids = {"router": router.proc.pid, "hostd0": procs[0].proc.pid, "hostd1": procs[1].proc.pid,
                 "redis": redis.proc.pid, "moto": moto.proc.pid}
         acme = keys["acme"]
@@ -128,14 +134,38 @@ def main() -> None:
         row(f"{a.unknown} unknown names", a.unknown, a.unknown, fails, pids,
             f"RSS growth < 10 MB (max {growth:.1f} MB)", growth < 10 and not fails)
 
-        tally = fuzz(router.channel, auth(acme), a.fuzz_n, 7, "warm", IN_DIM, timeout=10)
-        total = sum(sum(c.values()) for c in tally.codes.values())
-        alive = all(p.proc.poll() is None for p in procs)
-        bad = tally.count("UNKNOWN") + tally.count("INTERNAL")
-        row(f"fuzz {a.fuzz_n}/RPC via router", total, total - tally.count("OK"), bad, pids,
-            "0 UNKNOWN/INTERNAL, all alive", not bad and alive and not tally.bad)
-        for b in tally.bad[:5]:
-            print("    fuzz:", b)
+        served, errors, unauth = flushall_under_load(c, a.flush_s)
+        rebuilt = rebuild(c)
+        back = []
+        for key, model in ((acme, "warm"), (acme, "cold")):
+            try:
+                router.stub.ModelInfer(infer_request(model), metadata=auth(key), timeout=30)
+                back.append(model)
+            except grpc.RpcError as e:
+                print(f"    after rebuild: {model}: {e.code().name} {e.details()}")
+        row(f"FLUSHALL under load {a.flush_s:.0f}s + rebuild", served + len(errors), len(errors) + len(unauth),
+            len(errors) + len(unauth), pids, f"0 UNAUTHENTICATED ({len(unauth)}), all back after rebuild ({len(back)}/2)",
+            not errors and not unauth and len(back) == 2)
+        print("    rebuild:", " | ".join(rebuilt.strip().splitlines()), flush=True)
+
+        for where, channel, md in (("via router", router.channel, auth(acme)),
+                                   ("at a hostd", procs[0].channel, ((TENANT_HEADER, "acme"),))):
+            tally = fuzz(channel, md, a.fuzz_n, 7, "warm", IN_DIM, timeout=10)
+            total = sum(sum(c.values()) for c in tally.codes.values())
+            alive = all(p.proc.poll() is None for p in procs)
+            bad = tally.count("UNKNOWN") + tally.count("INTERNAL")
+            row(f"fuzz {a.fuzz_n}/RPC {where}", total, total - tally.count("OK"), bad, pids,
+                "0 UNKNOWN/INTERNAL, all alive", not bad and alive and not tally.bad)
+            for b in tally.bad[:5]:
+                print("    fuzz:", b)
+
+    if not a.no_storms:
+        for st in run_storms([(64, 8), (16, 60)], a.storm_s):
+            (r0, r1), (h0, h1) = st.rss
+            rows.append((st.name, st.requests, st.failed, st.bad, f"router={r1} hostd={h1} (from {r0}, {h0})",
+                         f"RSS growth <= budgets (256, 512 MiB): {r1 - r0}, {h1 - h0}; calm p99 <= 2x "
+                         f"({st.calm_alone.pct(99):.1f} -> {st.calm_storm.pct(99):.1f} ms, x{st.p99_ratio():.1f})",
+                         "yes" if st.growth_ok() and st.p99_ratio() <= 2 and not st.bad else "NO"))
 
     head = ("scenario", "requests", "failed", "failed, should not", "peak RSS MB", "target", "held")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]

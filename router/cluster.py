@@ -196,19 +196,28 @@ class HeartbeatReader:
 class StaticHosts:
     """Embedded mode: poll HostdControl.Status on each configured address."""
 
-    def __init__(self, forwarder, addresses: list[str], timeout_s: float) -> None:
+    def __init__(self, forwarder, addresses: list[str], timeout_s: float, down_after: int = 3) -> None:
+        """`down_after`: failed polls in a row before a host counts as down. One slow answer is a busy event
+        loop (a hostd receiving 60 MB bodies missed a 1 s poll and every request got `no_host`); a host that
+        is really gone fails requests too, and those mark it down at once (router/dispatcher.py)."""
         self.forwarder = forwarder
         self.addresses = addresses
         self.timeout_s = timeout_s
+        self.down_after = down_after
         self.complete = False
+        self._last: dict[str, hc.HostStatus] = {}
+        self._fails: dict[str, int] = {}
 
     async def read(self) -> dict[str, hc.HostStatus | None]:
         async def one(addr: str) -> hc.HostStatus | None:
             try:
                 s = await self.forwarder.status(addr, self.timeout_s)
             except Exception:  # noqa: BLE001 - any failure means "not answering"
-                return None
+                n = self._fails[addr] = self._fails.get(addr, 0) + 1
+                return self._last.get(addr) if n < self.down_after else None
             s.address = addr  # the address we reach it at is the one that counts
+            self._fails[addr] = 0
+            self._last[addr] = s
             return s
 
         results = await asyncio.gather(*(one(a) for a in self.addresses))

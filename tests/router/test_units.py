@@ -108,3 +108,40 @@ def test_header_reads_only_the_routing_fields():
     h = read_header(req.SerializeToString())
     assert (h.model_name, h.model_version, h.id, h.parameters["priority"].int64_param) == ("m", "2", "r", 1)
     assert h.ByteSize() < 100  # the tensor payload is not kept (tests/router/test_header.py has more)
+
+
+def test_a_static_host_is_down_only_after_polls_fail_in_a_row():
+    """Embedded mode: one missed Status poll (a hostd busy receiving large bodies) keeps the last status;
+    `down_after` failures in a row make the host down; an answer resets the count."""
+    import asyncio
+
+    from router.cluster import StaticHosts
+
+    class Poll:
+        fail = False
+        sent = 0.0
+
+        async def status(self, addr: str, timeout: float) -> hc.HostStatus:
+            if self.fail:
+                raise TimeoutError("slow")
+            self.sent += 1.0  # a hostd stamps each status it sends
+            return _status("x", self.sent)
+
+    poll = Poll()
+    src = StaticHosts(poll, ["a"], 1.0, down_after=3)
+    v = ClusterView()
+
+    def refresh() -> None:
+        v.apply(asyncio.run(src.read()), src.complete)
+
+    refresh()
+    assert [h.address for h in v.eligible()] == ["a"]
+    poll.fail = True
+    refresh()
+    refresh()
+    assert [h.address for h in v.eligible()] == ["a"]  # two misses: still up
+    refresh()
+    assert v.eligible() == [] and v.hosts["a"].state is HostState.DOWN
+    poll.fail = False
+    refresh()
+    assert [h.address for h in v.eligible()] == ["a"]

@@ -248,6 +248,8 @@ def test_access_log_lines_are_a_sim_trace(cluster, routers):
     rec = wait_until(line, what="access log line")
     assert rec["tenant"] == "acme" and rec["model"] == "m03" and rec["version"] == "1" and rec["status"] == "OK"
     assert rec["host"] in [h.addr for h in cluster.hostds]
+    assert rec["size_bytes"] == (cluster.workdir / "acme.onnx").stat().st_size  # the hostd's mmhost-served
+    assert rec["reason"] == "" and rec["compute_ms"] > 0 and rec["queue_ms"] >= 0 and rec["load_ms"] >= 0
     assert rec["bytes_in"] == len(req.SerializeToString()) and rec["bytes_out"] > 0 and rec["total_ms"] > 0
     assert abs(rec["ts"] - time.time()) < 60
     wl = read_trace(r.access_log)

@@ -112,7 +112,9 @@ class HostdSettings(BaseSettings):
     )
     high_watermark: float = Field(0.95, gt=0, le=1, description="evict when measured use passes this fraction")
     low_watermark: float = Field(0.85, gt=0, le=1, description="...down to this fraction of the budget")
-    eviction_policy: Literal["lru", "gdsf"] = Field("lru", description="lru, or gdsf (cost-aware)")
+    eviction_policy: Literal["lru", "gdsf", "gdsf-decay"] = Field(
+        "lru", description="lru, gdsf (cost-aware), or gdsf-decay (cost-aware with a decaying frequency history "
+        "that outlives evictions; hostd/cache/policy.py)")
     ram_cache_bytes: str = Field("2GiB", description="host RAM tier for model bytes; 0 turns it off")
     disk_cache_bytes: str = Field("20GiB", description="local disk tier bound")
     tenant_shares: str = Field(

@@ -32,7 +32,7 @@ DriftOpt = Annotated[float | None, typer.Option("--drift-period", help="syntheti
 NoisyOpt = Annotated[int | None, typer.Option("--noisy-models", help="synthetic: models of a noisy tenant")]
 NShareOpt = Annotated[float | None, typer.Option("--noisy-share", help="synthetic: noisy share of requests")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="synthetic: random seed")]
-PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", "-p", help="lru, gdsf, offline; repeat")]
+PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", "-p", help="lru, gdsf, gdsf-decay, offline; repeat")]
 CostsOpt = Annotated[Path | None, typer.Option("--costs", help="measured costs, JSON (sim.costs.calibrate)")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="folder for CSV/JSON/PNG outputs")]
 

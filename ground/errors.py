@@ -56,6 +56,7 @@ class ServingError(Exception):
         self.reason = reason  # a shed or failure reason (wire.Reason value); "" for plain errors
         self.detail = detail  # the internal cause (endpoints, paths, exception text): logged, never sent
         self.request_id = ""  # a Forwarded error's id from the host that answered (logged there)
+        self.trailers: tuple[tuple[str, str], ...] = ()  # more trailing metadata (a hostd's mmhost-served)
 
     @property
     def wire_reason(self) -> str:
@@ -115,3 +116,5 @@ class Forwarded(ServingError):
         super().__init__(message, retry_after_ms=retry_after_ms, reason=reason)
         self.code = code
         self.request_id = request_id
+        self.host = ""  # the host that answered (a router's access log)
+        self.served: str | None = None  # its mmhost-served trailer (ground/served.py), not passed on

@@ -44,7 +44,7 @@ def status_of(err: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
         md: tuple[tuple[str, str], ...] = ((REASON, err.wire_reason), (REQUEST_ID, rid))
         if err.retry_after_ms is not None:
             md += ((RETRY_AFTER, str(int(err.retry_after_ms))),)
-        return err.code, text, md
+        return err.code, text, md + err.trailers
     rid = new_request_id()
     log.error("request %s: internal error", rid, exc_info=err)
     return (grpc.StatusCode.INTERNAL, f"internal error (request id {rid})",

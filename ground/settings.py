@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ground.units import parse_bytes
 from ground.wire import HEARTBEAT_PREFIX
 
 
@@ -116,7 +117,9 @@ class HostdSettings(BaseSettings):
     )
     high_watermark: float = Field(0.95, gt=0, le=1, description="evict when measured use passes this fraction")
     low_watermark: float = Field(0.85, gt=0, le=1, description="...down to this fraction of the budget")
-    eviction_policy: Literal["lru", "gdsf"] = Field("lru", description="lru, or gdsf (cost-aware)")
+    eviction_policy: Literal["lru", "gdsf", "gdsf-decay"] = Field(
+        "lru", description="lru, gdsf (cost-aware), or gdsf-decay (cost-aware with a decaying frequency history "
+        "that outlives evictions; hostd/cache/policy.py)")
     ram_cache_bytes: str = Field("2GiB", description="host RAM tier for model bytes; 0 turns it off")
     disk_cache_bytes: str = Field("20GiB", description="local disk tier bound")
     tenant_shares: str = Field(
@@ -289,7 +292,18 @@ class RouterSettings(BaseSettings):
         4096, ge=0, description="names the catalog did not know, remembered (per tenant and model, LRU) for "
         "catalog_miss_ttl_s; bounds the router's memory whatever names tenants send",
     )
-    access_log: str | None = Field(None, description="access log file (JSON lines); '-' = stdout; unset = off")
+    access_log: str | None = Field(None, description="access log file (JSON lines, router/accesslog.py); '-' = stdout "
+                                   "(nothing else is written there: logs go to stderr); unset = off")
+    access_log_max_bytes: str = Field("256MiB", description="an access log file past this size is rotated (FILE "
+                                      "becomes FILE.1); 0 = never")
+    access_log_backups: int = Field(5, ge=0, description="rotated access log files kept (FILE.1 .. FILE.N)")
+
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")
     pending_ttl_s: float = Field(30.0, gt=0, description="a load this router started counts as LOADING this long")
+
+    @field_validator("access_log_max_bytes")
+    @classmethod
+    def _access_log_max_bytes(cls, v: str) -> str:
+        parse_bytes(v)  # refused here, at startup, not at the first rotation
+        return v

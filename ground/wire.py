@@ -19,6 +19,11 @@ trailers above plus
     mmhost-status      the status code's name a unary call would have had (NOT_FOUND, RESOURCE_EXHAUSTED, ...)
 (ground/streaming.py).
 
+Trailing metadata on a hostd's ModelInfer answer, OK or error, once the request's model version is known:
+    mmhost-served      what served it: version, the model's stored size, and the seconds spent waiting for
+                       a load, queued and computing (ground/served.py). A router writes it to its access
+                       log and passes it on to nobody.
+
 An error status that carries no `mmhost-reason` did not come from an mmhost process: the transport
 failed (connection refused or reset, stream torn down) or something in between answered. That is what a
 router treats as "host down" (see router/failover.py).
@@ -41,6 +46,7 @@ TENANT_HEADER = "mmhost-tenant"
 REASON = "mmhost-reason"
 RETRY_AFTER = "retry-after-ms"
 REQUEST_ID = "mmhost-request-id"
+SERVED = "mmhost-served"  # on a hostd's ModelInfer answer: what served it (ground/served.py)
 STATUS = "mmhost-status"  # a streamed request's error answer: the status code's name (ground/streaming.py)
 
 # What ServerMetadata advertises, on hostd and router alike (Triton's extension names).

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ground.served import Served
 from ground.errors import DeadlineExceeded, Internal, ResourceExhausted, Unavailable
 from hostd.batch_policy import INF, BatchConfig, Pending
 from hostd.batch_tensors import merge_inputs, output_names, split_outputs
@@ -39,6 +40,7 @@ class _Item:
     arrival: float
     request: DecodedRequest
     future: asyncio.Future
+    served: Served | None = None  # told its queue and compute time
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +128,9 @@ class ModelRunner:
                 self._on_busy(busy)
 
     # ---- requests ----------------------------------------------------------------------------------
-    async def infer(self, req: DecodedRequest, priority: int = 1, deadline: float = INF) -> dict[str, np.ndarray]:
+    async def infer(self, req: DecodedRequest, priority: int = 1, deadline: float = INF,
+                    served: Served | None = None) -> dict[str, np.ndarray]:
+        """The request's outputs; `served` (when given) gets its queue and compute seconds."""
         if self._closed:
             raise Unavailable(f"model {self.model!r} is unloading; retry", reason="unloading", retry_after_ms=100)
         if self.queue.full:
@@ -143,7 +147,7 @@ class ModelRunner:
             seq=seq, arrival=now, rows=req.rows, shape_key=req.shape_key, priority=priority, deadline=deadline,
             queue_timeout_at=timeout_at, delay_on_timeout=self._limits.delay_on_timeout,
         ))
-        item = self._items[seq] = _Item(now, req, asyncio.get_running_loop().create_future())
+        item = self._items[seq] = _Item(now, req, asyncio.get_running_loop().create_future(), served)
         self._changed()
         self._kick()
         try:
@@ -248,6 +252,8 @@ class ModelRunner:
             q = started - it.arrival
             self._stats.record_queue(q)
             self._m_queue.observe(q)
+            if it.served is not None:
+                it.served.queue_s = q
 
     def _answer(self, items: list[_Item], results: list[dict[str, np.ndarray]], t_in: int, t_run: int,
                 t_out: int) -> None:
@@ -256,6 +262,8 @@ class ModelRunner:
         self._m_compute.observe(t_run / 1e9)
         self._m_batch.observe(rows)
         for it, res in zip(items, results, strict=True):
+            if it.served is not None:
+                it.served.compute_s = t_run / 1e9
             if not it.future.done():
                 it.future.set_result(res)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ground.deadlines import deadline_at
+from ground.served import Served
 from ground.errors import InvalidArgument, NotFound, ResourceExhausted, ServingError, Unavailable
 from ground.inflight_policy import InflightBytes, budget_of
 from ground.manifest import ModelManifest
@@ -146,18 +147,21 @@ class DataPlane:
 
     # ---- inference ------------------------------------------------------------------------------------
     async def infer(self, tenant: str, request: pb.ModelInferRequest,
-                    remaining: float | None = None) -> pb.ModelInferResponse:
-        """One inference call. `remaining`: seconds left on the call's gRPC deadline (None for none)."""
+                    remaining: float | None = None, served: Served | None = None) -> pb.ModelInferResponse:
+        """One inference call. `remaining`: seconds left on the call's gRPC deadline (None for none).
+        `served`, when given, is filled in as the call goes: the version and its size once resolved, the
+        seconds waited for a load, queued and computing (the `mmhost-served` trailer)."""
         self.inflight += 1
         self._quiet.clear()
         try:
-            return await self._infer(tenant, request, remaining)
+            return await self._infer(tenant, request, remaining, served)
         finally:
             self.inflight -= 1
             if self.inflight == 0:
                 self._quiet.set()
 
-    async def _infer(self, tenant: str, request: pb.ModelInferRequest, remaining: float | None):
+    async def _infer(self, tenant: str, request: pb.ModelInferRequest, remaining: float | None,
+                     served: Served | None):
         t0 = self._clock()
         model = request.model_name
         e = None
@@ -176,12 +180,17 @@ class DataPlane:
                 raise InvalidArgument("model_name is required")
             e = await self.manager.resolve(tenant, model, request.model_version or None)
             m = e.manifest
+            if served is not None:
+                served.version, served.size_bytes = m.version, m.total_bytes
             deadline = infer_deadline(t0, remaining, request.parameters)
             decoded = decode_request(request, m, self.manager.settings.max_request_bytes)
+            t_ready = self._clock()
             runner = await self.manager.ready_runner(e, deadline)
+            if served is not None:
+                served.load_s = self._clock() - t_ready
             priority = request_priority(int_param(request.parameters, "priority") or 0, m,
                                         self.manager.tenants.get(tenant).default_priority)
-            outputs = await runner.infer(decoded, priority, deadline)
+            outputs = await runner.infer(decoded, priority, deadline, served)
             resp = encode_response(request, m, outputs, decoded.outputs, decoded.raw)
         except ServingError as err:
             self._count(tenant, model, err.code.name, t0, e, err)

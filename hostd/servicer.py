@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from grpc import aio
 
 from ground import __version__
-from ground.errors import Unauthenticated
-from ground.wire import EXTENSIONS, TENANT_HEADER
+from ground.errors import ServingError, Unauthenticated
+from ground.served import Served
+from ground.wire import EXTENSIONS, SERVED, TENANT_HEADER
 from hostd.dataplane import DataPlane
 from hostd.metrics import HostdMetrics
 from hostd.model_config import model_config
@@ -133,7 +134,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=model_config(m))
 
     async def ModelInfer(self, request, context):
-        return await self.plane.infer(self._tenant(context), request, context.time_remaining())
+        """The answer carries `mmhost-served` (ground/served.py) once the model version is known, OK or not."""
+        served = Served()
+        try:
+            resp = await self.plane.infer(self._tenant(context), request, context.time_remaining(), served)
+        except ServingError as e:
+            if served.version:
+                e.trailers += ((SERVED, served.encode()),)
+            raise
+        context.set_trailing_metadata(((SERVED, served.encode()),))
+        return resp
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Triton's bidirectional streaming: each request answered as it completes (hostd/streaming.py)."""

@@ -16,7 +16,10 @@ from rich.table import Table
 sim_app = typer.Typer(no_args_is_help=True, help="Simulate cache size, eviction policy and batching choices.")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or JSON config; flags override")]
-TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay a router access log (JSON lines)")]
+TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay a router access log (JSON lines; other "
+                                               "lines and non-OK requests are skipped and counted)")]
+SizesFromOpt = Annotated[str | None, typer.Option("--sizes-from", help="with --trace: model sizes from this model "
+                                                  "store (folder, file:// or s3://) instead of the log's size_bytes")]
 ModelsOpt = Annotated[int | None, typer.Option("--models", help="synthetic: number of models")]
 RequestsOpt = Annotated[int | None, typer.Option("--requests", help="synthetic: number of requests")]
 TenantsOpt = Annotated[int | None, typer.Option("--tenants", help="synthetic: number of tenants")]
@@ -29,14 +32,15 @@ DriftOpt = Annotated[float | None, typer.Option("--drift-period", help="syntheti
 NoisyOpt = Annotated[int | None, typer.Option("--noisy-models", help="synthetic: models of a noisy tenant")]
 NShareOpt = Annotated[float | None, typer.Option("--noisy-share", help="synthetic: noisy share of requests")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="synthetic: random seed")]
-PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", "-p", help="lru, gdsf, offline; repeat")]
+PolicyOpt = Annotated[list[str] | None, typer.Option("--policy", "-p", help="lru, gdsf, gdsf-decay, offline; repeat")]
 CostsOpt = Annotated[Path | None, typer.Option("--costs", help="measured costs, JSON (sim.costs.calibrate)")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="folder for CSV/JSON/PNG outputs")]
 
 
 def _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, arrivals, drift, noisy, nshare,
-               seed, trace, policy, costs) -> dict:
+               seed, trace, policy, costs, sizes_from=None) -> dict:
     return {
+        "sizes_from": sizes_from,
         "workload": {"models": models, "requests": requests, "tenants": tenants, "zipf": zipf,
                      "size_median": size_median, "size_sigma": size_sigma, "rate": rate, "arrivals": arrivals,
                      "drift_period_s": drift, "noisy_models": noisy, "noisy_share": nshare, "seed": seed},
@@ -55,6 +59,27 @@ def _load(config, over):
         return load_config(config, over)
     except (ValidationError, ValueError, OSError) as e:
         raise typer.BadParameter(str(e)) from None
+
+
+def _workload(cfg, console: Console):
+    """The workload; for a trace, what was replayed and skipped, printed (warnings in bold)."""
+    from storage_adapters.base import StorageError
+
+    try:
+        wl, rep = cfg.load_workload_report()
+    except (ValueError, OSError, StorageError) as e:
+        raise typer.BadParameter(str(e)) from None
+    if rep is not None:
+        for line in rep.summary():
+            console.print(f"[bold yellow]{line}[/]" if line.startswith("WARNING") else line, highlight=False)
+    return wl
+
+
+def _warn_shed(console: Console, rows: list[dict], wl, key: str = "shed_rate") -> None:
+    from sim.mrc import shed_warnings
+
+    for w in shed_warnings(rows, max((m.size for m in wl.models), default=0), key):
+        console.print(f"[bold red]{w}[/]", highlight=False)
 
 
 def _progress(console: Console) -> Progress:
@@ -94,7 +119,7 @@ def run_cmd(
     tenants: TenantsOpt = None, zipf: ZipfOpt = None, size_median: SizeOpt = None, size_sigma: SigmaOpt = None,
     rate: RateOpt = None, arrivals: ArrOpt = None, drift_period: DriftOpt = None, noisy_models: NoisyOpt = None,
     noisy_share: NShareOpt = None, seed: SeedOpt = None, policy: PolicyOpt = None, costs: CostsOpt = None,
-    out: OutOpt = None,
+    out: OutOpt = None, sizes_from: SizesFromOpt = None,
     cache_fraction: Annotated[float | None, typer.Option(help="cache size, share of all model bytes")] = None,
     cache_bytes: Annotated[int | None, typer.Option(help="cache size in bytes (per host)")] = None,
     mode: Annotated[str | None, typer.Option(help="cache (fast path) or full (batching, latency)")] = None,
@@ -107,11 +132,11 @@ def run_cmd(
     from sim.offline import run_offline
 
     over = _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, arrivals, drift_period,
-                      noisy_models, noisy_share, seed, trace, policy, costs)
+                      noisy_models, noisy_share, seed, trace, policy, costs, sizes_from)
     over.update(cache_fraction=cache_fraction, cache_bytes=cache_bytes, mode=mode, hosts=hosts)
     cfg = _load(config, over)
     console = Console()
-    wl = cfg.load_workload()
+    wl = _workload(cfg, console)
     size, cm = cfg.cache_size(wl), cfg.cost_model()
     results = []
     with _progress(console) as prog:
@@ -135,6 +160,7 @@ def run_cmd(
         console.print(results_table(trows, "per tenant"))
     if any(r.shed_reasons for r in results):
         console.print("shed reasons: " + "; ".join(f"{r.policy}: {r.shed_reasons}" for r in results if r.shed_reasons))
+    _warn_shed(console, rows, wl)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps({"config": cfg.model_dump(mode="json"), "results": rows,
@@ -150,12 +176,17 @@ def sweep_cmd(
     noisy_share: NShareOpt = None, seed: SeedOpt = None, policy: PolicyOpt = None, costs: CostsOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for mrc.csv and mrc.png")] = Path("sim-out"),
     sizes: Annotated[str | None, typer.Option(help="cache sizes as shares of all bytes, e.g. 0.05,0.1,0.2")] = None,
+    sizes_from: SizesFromOpt = None,
+    latency: Annotated[bool, typer.Option(help="also run the full engine (batching, queues) at every size and "
+                                          "policy: p99 vs cache size in p99.png (slower)")] = False,
 ) -> None:
-    """Miss-ratio curves: every policy at every cache size (cache-only fast path) -> table, CSV, PNG."""
-    from sim.mrc import plot, sweep, write_csv
+    """Hit-rate curves (1 - miss ratio): every policy at every cache size (cache-only fast path) -> table, CSV,
+    PNG; shed shown in each."""
+    from sim.cluster import run_cluster
+    from sim.mrc import plot, plot_latency, sweep, write_csv
 
     over = _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, arrivals, drift_period,
-                      noisy_models, noisy_share, seed, trace, policy, costs)
+                      noisy_models, noisy_share, seed, trace, policy, costs, sizes_from)
     if sizes:
         try:
             over["sizes"] = [float(s) for s in sizes.split(",") if s.strip()]
@@ -163,25 +194,39 @@ def sweep_cmd(
             raise typer.BadParameter(f"--sizes: expected numbers separated by commas, got {sizes!r}") from None
     cfg = _load(config, over)
     console = Console()
-    wl = cfg.load_workload()
+    wl = _workload(cfg, console)
     cm = cfg.cost_model()
+    lat = (lambda p, size: run_cluster(wl, cfg.cluster(p, size), cm)) if latency else None
     with _progress(console) as prog:
         task = prog.add_task("sweep", total=len(cfg.policies) * len(cfg.sizes))
-        rows = sweep(wl, cfg.sizes, cfg.policies, cm, on_point=lambda _r: prog.advance(task), **cfg.cache_kwargs())
-    t = Table(title=f"miss-ratio curve, {len(wl):,} requests, {len(wl.models)} models ({wl.total_bytes / 1e9:.1f} GB)")
-    for c in ("cache", "GB", *cfg.policies):
+        rows = sweep(wl, cfg.sizes, cfg.policies, cm, on_point=lambda _r: prog.advance(task), latency=lat,
+                     **cfg.cache_kwargs())
+    names = list(dict.fromkeys(r["policy"] for r in rows))
+    t = Table(title=f"hit-rate curve, {len(wl):,} requests, {len(wl.models)} models ({wl.total_bytes / 1e9:.3g} GB)")
+    for c in ("cache", "GB", *names):
         t.add_column(c, justify="right")
     for f in sorted(cfg.sizes):
         cells = []
-        for p in cfg.policies:
+        for p in names:
             r = next(r for r in rows if r["policy"] == p and r["cache_fraction"] == f)
-            cells.append(f"{r['hit_rate'] * 100:.1f}% / {r['load_s']:,.0f}s" + (" *" if r["knee"] else ""))
-        t.add_row(f"{f:.0%}", f"{wl.total_bytes * f / 1e9:.2f}", *cells)
+            cell = f"{r['hit_rate'] * 100:.1f}% / {r['load_s']:,.0f}s / shed {r['shed_rate'] * 100:.0f}%"
+            if latency and not math.isnan(r["p99_ms"]):
+                cell += f" / p99 {r['p99_ms']:,.0f}ms"
+            cells.append(("[red]" if r["shed_rate"] >= 0.5 else "") + cell + (" *" if r["knee"] else ""))
+        t.add_row(f"{f * 100:.3g}%", f"{wl.total_bytes * f / 1e9:.3g}", *cells)
     console.print(t)
-    console.print("cells: hit rate / total load time; * marks the knee of the hit-rate curve")
+    console.print("cells: hit rate / total load time / share of requests shed" + (" / p99" if latency else "")
+                  + "; * marks the knee of the hit-rate curve; red: most requests shed"
+                  + ("; offline~ is a heuristic with knowledge of the future, not a bound" if "offline~" in names else ""))
+    _warn_shed(console, rows, wl)
+    if latency:
+        _warn_shed(console, [{**r, "policy": f"{r['policy']} (full engine)"} for r in rows], wl, "latency_shed_rate")
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = write_csv(rows, out / "mrc.csv"), plot(rows, out / "mrc.png", t.title or "")
     console.print(f"wrote {csv_path} and {png_path}")
+    if latency:
+        title = f"p99 vs cache size (full engine), {len(wl):,} requests, {len(wl.models)} models"
+        console.print(f"wrote {plot_latency(rows, out / 'p99.png', title)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,52 +1,157 @@
-"""The access log: one JSON line per inference request, which sim/trace.py replays as a trace.
+"""The access log: one JSON line per inference request, a trace sim/trace.py replays (`mmhost sim run --trace`).
 
-    {"ts": 1717000000.123456, "tenant": "acme", "model": "mlp", "version": "1", "host": "10.0.0.5:8001",
-     "total_ms": 1.92, "status": "OK", "bytes_in": 1324, "bytes_out": 108, "id": "req-7"}
+    {"ts":1717000000.123456,"tenant":"acme","model":"mlp","version":"1","size_bytes":5300000,
+     "host":"10.0.0.5:8001","status":"OK","reason":"","load_ms":0.0,"queue_ms":0.12,"compute_ms":1.3,
+     "total_ms":1.92,"bytes_in":1324,"bytes_out":108,"id":"req-7"}
 
-ts is the arrival time (unix seconds); version is the one that served (from the response), else the one asked
-for, else ""; host is the last host tried ("" when none was); queue_ms (hostd queue time) appears only when
-known; reason (why the router refused it: quota_rate, quota_concurrency, deadline_infeasible, no_host,
-deadline) appears only on the router's own refusals. Lines are buffered and flushed by the composition root's flush task and on close.
+Every line has every key, in this order:
+- ts: arrival at the router (unix seconds); tenant, model: as asked; id: the request's id.
+- version: the version that served it, or refused it once resolved (the hostd's `mmhost-served` trailer,
+  ground/served.py), else the one asked for, else "".
+- size_bytes: the version's stored size (its manifest's files) from the hostd; where no hostd resolved it
+  (the router's own refusals) the size the cluster's heartbeats report for it; null when unknown.
+- host: the host that answered (the last one tried), "" when none was.
+- status: the gRPC status name; reason: the `mmhost-reason` of a refusal or failure, wherever it was
+  refused (the router's own, or the hostd's trailer, passed on), "" for OK.
+- load_ms, queue_ms, compute_ms: the hostd's waits for a model load, in the model's queue, and its batch's
+  compute time; null where no hostd got that far. total_ms: the router's time for the request.
+- bytes_in, bytes_out: request and response message bytes.
+
+Off the request path: `write` appends a tuple to a bounded queue; a thread of its own turns them into
+JSON and writes them in batches (every FLUSH_S and on close). Past `max_pending` lines waiting (a stuck
+disk), new lines are dropped and counted (`on_drop`). A file rotates by size: past `max_bytes`, FILE
+becomes FILE.1 (FILE.1 becomes FILE.2 ..., `backups` kept). '-' writes to stdout, where nothing else goes
+(mmhost logs to stderr), so `kubectl logs` of a router with `--access-log -` is the trace.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+from collections import deque
+from collections.abc import Callable
 from typing import TextIO
+
+FIELDS = ("ts", "tenant", "model", "version", "size_bytes", "host", "status", "reason", "load_ms", "queue_ms",
+          "compute_ms", "total_ms", "bytes_in", "bytes_out", "id")
+FLUSH_S = 0.2
+MAX_PENDING = 100_000
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def encode(rec: tuple) -> str:
+    """One line (with its newline) from a tuple in FIELDS order."""
+    (ts, tenant, model, version, size, host, status, reason, load_ms, queue_ms, compute_ms, total_ms, b_in, b_out,
+     rid) = rec
+    return json.dumps({"ts": round(ts, 6), "tenant": tenant, "model": model, "version": version, "size_bytes": size,
+                       "host": host, "status": status, "reason": reason, "load_ms": _ms(load_ms),
+                       "queue_ms": _ms(queue_ms), "compute_ms": _ms(compute_ms), "total_ms": round(total_ms, 3),
+                       "bytes_in": b_in, "bytes_out": b_out, "id": rid}, separators=(",", ":")) + "\n"
 
 
 class AccessLog:
-    def __init__(self, out: TextIO | None) -> None:
+    def __init__(self, out: TextIO | None, *, path: str | None = None, max_bytes: int = 0, backups: int = 0,
+                 max_pending: int = MAX_PENDING, on_drop: Callable[[int], None] | None = None) -> None:
+        """`out`: where lines go (None: off); `path`: its file, for rotation past `max_bytes` (0: never)."""
         self._out = out
+        self._path = path
+        self._max_bytes = max_bytes if path else 0
+        self._backups = backups
+        self._size = os.fstat(out.fileno()).st_size if path and out is not None else 0
+        self._pending: deque[tuple] = deque()
+        self._max_pending = max_pending
+        self._on_drop = on_drop
+        self.dropped = 0
+        self._lock = threading.Lock()  # one writer at a time: the thread, or flush()/close()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @classmethod
-    def open(cls, where: str | None) -> AccessLog:
+    def open(cls, where: str | None, *, max_bytes: int = 0, backups: int = 0,
+             on_drop: Callable[[int], None] | None = None) -> AccessLog:
         if not where:
             return cls(None)
         if where == "-":
-            return cls(sys.stdout)
-        return cls(open(where, "a", encoding="utf-8", buffering=1 << 16))  # noqa: SIM115 - closed in close()
+            return cls(sys.stdout, on_drop=on_drop)
+        return cls(open(where, "a", encoding="utf-8"), path=where, max_bytes=max_bytes,  # noqa: SIM115 - close()
+                   backups=backups, on_drop=on_drop)
+
+    @property
+    def enabled(self) -> bool:
+        return self._out is not None
 
     def write(self, *, ts: float, tenant: str, model: str, version: str, host: str, total_ms: float, status: str,
-              bytes_in: int, bytes_out: int, id: str, queue_ms: float | None = None, reason: str | None = None) -> None:
+              bytes_in: int, bytes_out: int, id: str, size_bytes: int | None = None, reason: str = "",
+              load_ms: float | None = None, queue_ms: float | None = None, compute_ms: float | None = None) -> None:
+        """Queue one line (no encoding, no I/O here)."""
         if self._out is None:
             return
-        rec = {"ts": round(ts, 6), "tenant": tenant, "model": model, "version": version, "host": host,
-               "total_ms": round(total_ms, 3), "status": status, "bytes_in": bytes_in, "bytes_out": bytes_out, "id": id}
-        if queue_ms is not None:
-            rec["queue_ms"] = round(queue_ms, 3)
-        if reason:
-            rec["reason"] = reason
-        self._out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        if len(self._pending) >= self._max_pending:
+            self.dropped += 1
+            if self._on_drop is not None:
+                self._on_drop(1)
+            return
+        self._pending.append((ts, tenant, model, version, size_bytes, host, status, reason or "", load_ms, queue_ms,
+                              compute_ms, total_ms, bytes_in, bytes_out, id))
+
+    def start(self) -> None:
+        """Start the writer thread (lines written every FLUSH_S); without it, lines wait for flush()."""
+        if self._out is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_S):
+            try:
+                self.flush()
+            except OSError as e:  # a full or gone disk: say so on stderr, keep serving (lines are dropped)
+                print(f"access log: write failed: {e}", file=sys.stderr)
 
     def flush(self) -> None:
-        if self._out is not None:
-            self._out.flush()
+        """Write every queued line now (in the caller's thread)."""
+        with self._lock:
+            out = self._out
+            if out is None:
+                return
+            pending = self._pending
+            lines = []
+            while pending:
+                lines.append(encode(pending.popleft()))
+            if not lines:
+                return
+            text = "".join(lines)
+            out.write(text)
+            out.flush()
+            if self._max_bytes:
+                self._size += len(text.encode("utf-8"))
+                if self._size >= self._max_bytes:
+                    self._rotate()
+
+    def _rotate(self) -> None:
+        assert self._path is not None and self._out is not None
+        self._out.close()
+        path = self._path
+        if self._backups > 0:
+            for i in range(self._backups - 1, 0, -1):
+                if os.path.exists(f"{path}.{i}"):
+                    os.replace(f"{path}.{i}", f"{path}.{i + 1}")
+            os.replace(path, f"{path}.1")
+        self._out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close() or the next rotation
+        self._size = 0
 
     def close(self) -> None:
-        if self._out is not None:
-            self._out.flush()
-            if self._out is not sys.stdout:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+        self.flush()
+        with self._lock:
+            if self._out is not None and self._out is not sys.stdout:
                 self._out.close()
             self._out = None

@@ -51,11 +51,12 @@ class Dispatcher:
                      draws=(self.rng.random(), self.rng.random()), cfg=self.pcfg)
 
     async def forward(self, tenant: str, model: str, version: str, method: str, body: bytes, *,
-                      deadline: float = INF, loads: bool = True) -> tuple[bytes, str]:
+                      deadline: float = INF, loads: bool = True, trailers: list | None = None) -> tuple[bytes, str]:
         """Place and forward `body` unchanged, retrying on another host. Returns (response bytes, host).
         `deadline`: absolute, on this dispatcher's clock (INF for none); each attempt gets what is left of
-        it as its timeout. `loads`: this call makes the host load the model. Raises Forwarded (a host's
-        status, passed on), Unavailable (no host) or DeadlineExceeded."""
+        it as its timeout. `loads`: this call makes the host load the model. `trailers`: gets the answering
+        host's trailing metadata. Raises Forwarded (a host's status, passed on, with the host's address),
+        Unavailable (no host) or DeadlineExceeded."""
         key = model_key(tenant, model, version)
         md = ((TENANT_HEADER, tenant),)
         excluded: set[str] = set()
@@ -77,10 +78,13 @@ class Dispatcher:
                                        reason=Reason.DEADLINE.value)
             self.local.begin(key, p.host)
             try:
-                return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
+                if trailers is None:
+                    return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
+                return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md,
+                                              trailers=trailers), p.host
             except HostError as e:
                 outcome = classify(e.code, e.trailing)
-                err = e.forwarded()
+                err = e.forwarded(p.host)
                 if outcome is Outcome.HOST_DOWN:
                     self._host_down(key, p.host, e)
                 if outcome is Outcome.FINAL or attempt == self.max_attempts:

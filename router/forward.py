@@ -71,10 +71,15 @@ class Forwarder:
         return c
 
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...]) -> bytes:
-        """The hostd's response bytes; HostError on any failure."""
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
+        """The hostd's response bytes; HostError on any failure. `trailers`: gets the answer's trailing
+        metadata on success (the errors carry theirs)."""
         try:
-            return await self._callable(address, method)(body, timeout=timeout, metadata=metadata)
+            call = self._callable(address, method)(body, timeout=timeout, metadata=metadata)
+            resp = await call
+            if trailers is not None:
+                trailers.extend(await call.trailing_metadata() or ())
+            return resp
         except aio.AioRpcError as e:
             raise HostError(e.code(), e.details() or "", tuple(e.trailing_metadata() or ())) from None
 

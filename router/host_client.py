@@ -10,7 +10,7 @@ from typing import Protocol
 import grpc
 
 from ground.errors import Forwarded
-from ground.wire import REQUEST_ID, reason_of, retry_after_ms, trailer
+from ground.wire import REQUEST_ID, SERVED, reason_of, retry_after_ms, trailer
 
 Metadata = Sequence[tuple[str, str | bytes]]
 
@@ -27,14 +27,18 @@ class HostError(Exception):
     def reason(self) -> str | None:
         return reason_of(self.trailing)
 
-    def forwarded(self) -> Forwarded:
-        """The same status, to pass on to the caller unchanged."""
-        return Forwarded(self.code, self.details, retry_after_ms(self.trailing), self.reason or "",
-                         trailer(self.trailing, REQUEST_ID) or "")
+    def forwarded(self, host: str = "") -> Forwarded:
+        """The same status, to pass on to the caller unchanged; `host` (the address that answered) and the
+        hostd's `mmhost-served` go with it for the access log, not to the caller."""
+        err = Forwarded(self.code, self.details, retry_after_ms(self.trailing), self.reason or "",
+                        trailer(self.trailing, REQUEST_ID) or "")
+        err.host, err.served = host, trailer(self.trailing, SERVED)
+        return err
 
 
 class HostClient(Protocol):
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...]) -> bytes:
-        """The host's response bytes; HostError on any failure (the host's status or the transport's)."""
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
+        """The host's response bytes; HostError on any failure (the host's status or the transport's).
+        `trailers` (when given) gets the answer's trailing metadata on success."""
         ...

@@ -25,6 +25,9 @@ class RouterMetrics:
                                          registry=r)
         self.placements = Counter("mmhost_router_placements_total", "Placement decisions by rule", ["reason"], registry=r)
         self.replications = Counter("mmhost_router_replications_total", "Extra copies of hot models started", registry=r)
+        self.access_log_dropped = Counter("mmhost_router_access_log_dropped_total",
+                                          "Access log lines dropped because too many were waiting to be written",
+                                          registry=r)
         self.unauthenticated = Counter("mmhost_router_unauthenticated_total", "Calls refused for a missing or wrong key",
                                        registry=r)
         self.shed = Counter("mmhost_requests_shed", "Requests refused before reaching a model, by reason "

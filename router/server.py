@@ -20,6 +20,7 @@ from ground.interceptors import ErrorInterceptor
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
 from ground.settings import S3Settings
+from ground.units import parse_bytes
 from ground.wire import UPLOADS_SERVICE
 from protos import grpc_service_pb2
 from router.accesslog import AccessLog
@@ -72,7 +73,8 @@ class Router:
         self.local = LocalLoad()
         self.keys = KeyIndex()
         self.admission = Admission()
-        self.access_log = AccessLog.open(s.access_log)
+        self.access_log = AccessLog.open(s.access_log, max_bytes=parse_bytes(s.access_log_max_bytes),
+                                         backups=s.access_log_backups, on_drop=self.metrics.access_log_dropped.inc)
         self._aredis = None
         self._quota_redis = None  # fleet quotas: a client of their own, with the tight timeout
         self.tenants: TenantRegistry
@@ -175,11 +177,6 @@ class Router:
                     log.warning("refreshing %s failed (keeping the last view): %s", what, e)
                 failing = True
 
-    async def _flush_access_log(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            self.access_log.flush()
-
     # -- lifecycle --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -220,7 +217,7 @@ class Router:
         if self.admission.fleet is not None:  # counts the live routers; brings a router back from local to fleet
             await self.admission.fleet.heartbeat()
             self._tasks.append(asyncio.get_running_loop().create_task(self._every("quota", self.admission.fleet.heartbeat)))
-        self._tasks.append(asyncio.get_running_loop().create_task(self._flush_access_log()))
+        self.access_log.start()  # its own writer thread: lines are encoded and written off the event loop
         if s.metrics_port:
             self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
         await self.server.start()

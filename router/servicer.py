@@ -37,7 +37,8 @@ from ground.errors import (Forwarded, InvalidArgument, PermissionDenied, Resourc
 from ground.inflight_policy import InflightBytes, budget_of
 from ground.params import param_int
 from ground.settings import RouterSettings
-from ground.wire import EXTENSIONS, SERVICE, TENANT_HEADER, Reason
+from ground.served import Served
+from ground.wire import EXTENSIONS, SERVED, SERVICE, TENANT_HEADER, Reason, trailer
 from protos import grpc_service_pb2 as pb
 from router.accesslog import AccessLog
 from router.admission import Admission
@@ -167,7 +168,9 @@ class RouterServicer:
         hdr = read_header(body)
         model, version = hdr.model_name, hdr.model_version
         deadline = self._deadline(context, t0, _param_int(hdr.parameters, "timeout"))
-        status, host, resp, known, reason = "OK", "", b"", False, None
+        status, host, resp, known, reason = "OK", "", b"", False, ""
+        trailers: list | None = [] if self.access_log.enabled else None  # the hostd's mmhost-served, for the log
+        served: Served | None = None
         charged = 0
         try:
             if not model:
@@ -183,31 +186,53 @@ class RouterServicer:
             self._admit(tenant, model, version, deadline)
             try:
                 resp, host = await self.dispatcher.forward(tenant, model, version, "ModelInfer", body,
-                                                           deadline=deadline)
+                                                           deadline=deadline, trailers=trailers)
             finally:
                 self._leave(tenant)
+            if trailers:
+                served = Served.decode(trailer(trailers, SERVED))
             return resp
         except ServingError as e:
-            status = e.code.name
-            if not isinstance(e, Forwarded) and e.reason and status in SHED_CODES:
-                reason = e.reason  # the router's own refusal; a hostd counts the ones it forwards
-                self.metrics.shed.labels(tenant, model if known else "(unknown)", reason).inc()
+            status, reason = e.code.name, e.wire_reason
+            if isinstance(e, Forwarded):
+                host = e.host
+                if e.served is not None:
+                    served = Served.decode(e.served)
+            elif e.reason and status in SHED_CODES:
+                # the router's own refusal; a hostd counts the ones it forwards
+                self.metrics.shed.labels(tenant, model if known else "(unknown)", e.reason).inc()
+            raise
+        except Exception:
+            status, reason = "INTERNAL", Reason.INTERNAL.value
             raise
         finally:
             if charged:
                 self.inflight.release(tenant, charged)
             total = self.clock() - t0
-            served = version
-            if resp:
-                try:
-                    served = read_header(resp).model_version or version
-                except InvalidArgument:
-                    pass
             self.metrics.requests.labels(tenant, model if known else "(unknown)", status).inc()
             self.metrics.forward_seconds.observe(total)
-            self.access_log.write(ts=ts, tenant=tenant, model=model, version=served, host=host,
-                                  total_ms=total * 1000, status=status, bytes_in=len(body), bytes_out=len(resp),
-                                  id=hdr.id, reason=reason)
+            if trailers is not None:
+                self._log(ts, tenant, model, version, host, total, status, reason, len(body), resp, hdr.id, served)
+
+    def _log(self, ts: float, tenant: str, model: str, version: str, host: str, total: float, status: str,
+             reason: str, bytes_in: int, resp: bytes, rid: str, served: Served | None) -> None:
+        """One access log line (router/accesslog.py): what the hostd said served it, else what is known here."""
+        if served is not None:
+            self.access_log.write(ts=ts, tenant=tenant, model=model, version=served.version, host=host,
+                                  total_ms=total * 1000, status=status, bytes_in=bytes_in, bytes_out=len(resp),
+                                  id=rid, size_bytes=served.size_bytes, reason=reason,
+                                  load_ms=served.load_s * 1000, queue_ms=served.queue_s * 1000,
+                                  compute_ms=served.compute_s * 1000)
+            return
+        if resp:  # a hostd that sent no mmhost-served: the response names the version
+            try:
+                version = read_header(resp).model_version or version
+            except InvalidArgument:
+                pass
+        size = self.cluster.size_of(model_key(tenant, model, version)) if model else 0
+        self.access_log.write(ts=ts, tenant=tenant, model=model, version=version, host=host, total_ms=total * 1000,
+                              status=status, bytes_in=bytes_in, bytes_out=len(resp), id=rid,
+                              size_bytes=size or None, reason=reason)
 
     # -- server-level calls, answered here --------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from hostd.cache.policy import Share
+from hostd.cache.policy import EvictionPolicy, Share
 from hostd.core.device import DeviceCache
 from sim.costs import CostModel
 from sim.stats import SimResult, TenantStats
@@ -23,7 +23,7 @@ Progress = Callable[[int], None]  # called with requests done since the last cal
 def run_cache_only(
     wl: Workload,
     cache_bytes: int,
-    policy: str = "lru",
+    policy: str | EvictionPolicy = "lru",
     costs: CostModel | None = None,
     shares: Mapping[str, Share] | None = None,
     high: float = 1.0,
@@ -78,4 +78,4 @@ def run_cache_only(
         name: TenantStats(req[i], hit[i], loads[i], shed[i], breq[i], bmiss[i], load_s[i])
         for i, name in enumerate(tenant_names)
     }
-    return SimResult(policy, cache_bytes, stats, {"unavailable": sum(shed)} if sum(shed) else {})
+    return SimResult(cache.policy.name, cache_bytes, stats, {"unavailable": sum(shed)} if sum(shed) else {})

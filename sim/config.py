@@ -22,7 +22,7 @@ from hostd.batch_policy import BatchConfig
 from hostd.cache.policy import POLICIES, Share
 from sim.cluster import ClusterConfig
 from sim.costs import CostModel, calibrate
-from sim.trace import read_trace
+from sim.trace import TraceReport, read_trace_report
 from sim.workload import SyntheticConfig, Workload, generate
 
 
@@ -37,6 +37,8 @@ class SimConfig(BaseModel):
 
     workload: SyntheticConfig = SyntheticConfig()
     trace: Path | None = Field(None, description="replay this access log (JSON lines) instead of synthesizing")
+    sizes_from: str | None = Field(None, description="trace: model sizes from this model store's manifests "
+                                   "(folder, file:// or s3://) instead of the trace's size_bytes")
     mode: Literal["cache", "full"] = "cache"
     cache_fraction: float = Field(0.1, gt=0, description="cache size as a share of all model bytes")
     cache_bytes: int | None = Field(None, gt=0, description="cache size in bytes (per host); wins over fraction")
@@ -79,7 +81,19 @@ class SimConfig(BaseModel):
         return calibrate(self.costs) if self.costs else CostModel()
 
     def load_workload(self) -> Workload:
-        return read_trace(self.trace) if self.trace else generate(self.workload)
+        return self.load_workload_report()[0]
+
+    def load_workload_report(self) -> tuple[Workload, TraceReport | None]:
+        """The workload, and for a trace what reading it skipped (sim/trace.py)."""
+        if not self.trace:
+            return generate(self.workload), None
+        sizes_for = None
+        if self.sizes_from:
+            from sim.store_sizes import store_sizes
+
+            uri = self.sizes_from
+            sizes_for = lambda keys: store_sizes(uri, keys)  # noqa: E731
+        return read_trace_report(self.trace, sizes_for=sizes_for)
 
     def cache_size(self, wl: Workload) -> int:
         return self.cache_bytes or int(wl.total_bytes * self.cache_fraction)

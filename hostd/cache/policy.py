@@ -22,12 +22,14 @@ Which models may be evicted (busy, pinned, tenant shares) is decided by `plan_ev
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 Key = Hashable
+_LN2 = math.log(2.0)
 
 
 @dataclass(slots=True)
@@ -77,6 +79,22 @@ class EvictionPolicy(Protocol):
         """Replace the state with one derived from the records (last_use, hits, load_cost, size)."""
 
     def __contains__(self, key: Key) -> bool: ...
+
+
+def _heap_order(heap: list[tuple[float, int, Key]], stamp: Mapping[Key, int]) -> Iterator[Key]:
+    """The live keys of a heap with stale entries (an entry is live when its seq is the key's stamp), lowest
+    first, walking the heap without popping it."""
+    if not heap:
+        return
+    frontier = [(heap[0], 0)]
+    n = len(heap)
+    while frontier:
+        (_, seq, key), i = heapq.heappop(frontier)
+        if stamp.get(key) == seq:
+            yield key
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < n:
+                heapq.heappush(frontier, (heap[c], c))
 
 
 class LRUPolicy:
@@ -156,18 +174,7 @@ class GDSFPolicy:
             self.clock = p
 
     def victims(self) -> Iterator[Key]:
-        heap, stamp = self._heap, self._stamp
-        if not heap:
-            return
-        frontier = [(heap[0], 0)]  # walk the heap in order without popping it
-        n = len(heap)
-        while frontier:
-            (_, seq, key), i = heapq.heappop(frontier)
-            if stamp.get(key) == seq:
-                yield key
-            for c in (2 * i + 1, 2 * i + 2):
-                if c < n:
-                    heapq.heappush(frontier, (heap[c], c))
+        return _heap_order(self._heap, self._stamp)
 
     def sync(self, residents: Iterable[Resident]) -> None:
         self._freq, self._prio, self._stamp, self._heap = {}, {}, {}, []
@@ -182,11 +189,118 @@ class GDSFPolicy:
         return len(self._stamp)
 
 
-POLICIES: dict[str, type] = {"lru": LRUPolicy, "gdsf": GDSFPolicy}
+class DecayedGDSFPolicy:
+    """"gdsf-decay": GDSF's value, frequency x load cost / size, with a frequency that decays and outlives
+    evictions; made for model loading costs.
+
+    Why not plain GDSF: it forgets a model's frequency when it is evicted, so a popular model that lost its
+    place comes back at frequency 1 and is the next victim again, and its inflation clock L makes every newly
+    loaded model (a cold one included) outrank residents not used for a while. A model cache sees few keys
+    (thousands, not millions) and every miss costs seconds, so it can afford what a web cache cannot: a
+    decayed request count for every model seen recently, resident or not.
+
+    Value of a model: F x load_cost / size, where F is its exponentially decayed request count (each request
+    adds 1; every `half_life` requests F halves; half_life = max(min_half_life, half_life_per_resident x
+    residents)). Decay replaces GDSF's clock as the aging: a model that stopped being used loses value at the
+    same rate whoever else arrives, and popularity drift fades old counts in a few half-lives. Because every
+    count decays at the same rate, the order of two residents never changes between their accesses, so each
+    keeps one heap entry: log(F) + log(cost / size) + ln2 x t / half_life at its last access t (t counts
+    requests). The evict-first order is the lowest value now. No admission filter: hostd must load every model
+    asked for (there is no bypass), but a newly loaded model with little history has a small F and is the
+    first victim, so a scan of cold models (a noisy tenant) churns among itself instead of flushing the
+    popular ones. History of non-residents whose F decayed below `forget_below` is dropped every half-life.
+
+    Pure: counts requests, never reads a clock (`now` is unused). The half-life is fixed when the policy is
+    made from the number of residents then (and re-fixed at each sweep), never per request.
+    """
+
+    name = "gdsf-decay"
+
+    def __init__(self, min_half_life: int = 4096, half_life_per_resident: int = 64, forget_below: float = 0.05) -> None:
+        self.min_half_life = min_half_life
+        self.half_life_per_resident = half_life_per_resident
+        self.forget_below = forget_below
+        self.half_life = float(min_half_life)
+        self.t = 0  # requests seen
+        self.history: dict[Key, tuple[float, int]] = {}  # key -> (F at its last access, that access's t)
+        self._prio: dict[Key, float] = {}  # resident -> heap priority (log domain)
+        self._stamp: dict[Key, int] = {}
+        self._heap: list[tuple[float, int, Key]] = []
+        self._seq = 0
+        self._since_sweep = 0
+        self._log_ratio: dict[Key, float] = {}  # resident -> log(load_cost / size)
+
+    def count(self, key: Key) -> float:
+        """The key's decayed request count now."""
+        h = self.history.get(key)
+        return 0.0 if h is None else h[0] * 0.5 ** ((self.t - h[1]) / self.half_life)
+
+    def _push(self, key: Key, prio: float) -> None:
+        self._seq += 1
+        self._prio[key] = prio
+        self._stamp[key] = self._seq
+        heapq.heappush(self._heap, (prio, self._seq, key))
+        if len(self._heap) > 2 * len(self._stamp) + 64:
+            self._heap = [(self._prio[k], s, k) for k, s in self._stamp.items()]
+            heapq.heapify(self._heap)
+
+    def _priority(self, key: Key) -> float:
+        """log of the value, shifted by the time term so that it stays comparable as time passes."""
+        f, at = self.history[key]
+        return math.log(f) + self._log_ratio[key] + _LN2 * at / self.half_life
+
+    def on_access(self, key: Key, now: float, size: int, cost: float) -> None:
+        self.t += 1
+        self._since_sweep += 1
+        self.history[key] = (1.0 + self.count(key), self.t)
+        self._log_ratio[key] = math.log(max(cost, 1e-9) / max(size, 1))
+        self._push(key, self._priority(key))
+        if self._since_sweep >= self.half_life:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Every half-life: drop the history of non-residents that faded out, fix the next half-life from
+        the number of residents, and restate every count and priority at this time on it (the residents'
+        order does not change)."""
+        self._since_sweep = 0
+        t, residents = self.t, self._stamp
+        decayed = {k: self.count(k) for k in self.history}
+        self.history = {k: (f, t) for k, f in decayed.items() if f >= self.forget_below or k in residents}
+        self.half_life = float(max(self.min_half_life, self.half_life_per_resident * len(residents)))
+        keys = list(residents)
+        self._heap, self._prio, self._stamp = [], {}, {}
+        for k in keys:
+            self._push(k, self._priority(k))
+
+    def on_evict(self, key: Key) -> None:
+        if self._prio.pop(key, None) is not None:
+            del self._stamp[key], self._log_ratio[key]
+
+    def victims(self) -> Iterator[Key]:
+        return _heap_order(self._heap, self._stamp)
+
+    def sync(self, residents: Iterable[Resident]) -> None:
+        self._prio, self._stamp, self._heap, self._log_ratio = {}, {}, [], {}
+        for r in sorted(residents, key=lambda r: r.last_use):
+            self.history[r.key] = (max(self.count(r.key), float(max(r.hits, 1))), self.t)
+            self._log_ratio[r.key] = math.log(max(r.load_cost, 1e-9) / max(r.size, 1))
+            self._push(r.key, self._priority(r.key))
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._stamp
+
+    def __len__(self) -> int:
+        return len(self._stamp)
+
+
+POLICIES: dict[str, type] = {"lru": LRUPolicy, "gdsf": GDSFPolicy, "gdsf-decay": DecayedGDSFPolicy}
 DEFAULT_POLICY = "lru"
 
 
-def make_policy(name: str = DEFAULT_POLICY) -> EvictionPolicy:
+def make_policy(name: str | EvictionPolicy = DEFAULT_POLICY) -> EvictionPolicy:
+    """A new policy by name; a policy object is used as it is (the simulator's reference policies)."""
+    if not isinstance(name, str):
+        return name
     try:
         return POLICIES[name.lower()]()
     except KeyError:

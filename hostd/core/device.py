@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
-from hostd.cache.policy import EvictionPlan, Resident, Share, bytes_to_free, make_policy, plan_eviction
+from hostd.cache.policy import EvictionPlan, EvictionPolicy, Resident, Share, bytes_to_free, make_policy, plan_eviction
 
 
 _OK = EvictionPlan(True)
 
 
 class DeviceCache:
-    def __init__(self, budget: int, high: float = 1.0, low: float = 1.0, policy: str = "lru",
+    def __init__(self, budget: int, high: float = 1.0, low: float = 1.0, policy: str | EvictionPolicy = "lru",
                  shares: Mapping[str, Share] | None = None) -> None:
         if not 0 < low <= high <= 1:
             raise ValueError(f"watermarks need 0 < low ({low}) <= high ({high}) <= 1")

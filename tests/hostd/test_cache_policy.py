@@ -89,7 +89,7 @@ def test_gdsf_victims_skip_stale_heap_entries_and_compact():
     assert prios == sorted(prios)
 
 
-@pytest.mark.parametrize("name", ["lru", "gdsf"])
+@pytest.mark.parametrize("name", ["lru", "gdsf", "gdsf-decay"])
 def test_busy_and_pinned_are_never_chosen(name):
     p = make_policy(name)
     res = _state(p, [("busy", "t", MB, 1.0, 1), ("pinned", "t", MB, 1.0, 1), ("free", "t", MB, 1.0, 1)])

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from ground.served import Served
 from ground.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ground.manifest import DynamicBatching, ModelFormat, ModelManifest, TensorSpec
 from ground.tenancy import TenantLimits
@@ -56,9 +57,11 @@ class Runner:
         self.clock, self.takes, self.fail = clock, takes, fail
         self.calls: list[tuple[int, float]] = []
 
-    async def infer(self, decoded, priority: int, deadline: float):
+    async def infer(self, decoded, priority: int, deadline: float, served=None):
         self.calls.append((priority, deadline))
         self.clock.now += self.takes
+        if served is not None:  # as the batcher does: all of it computing, none queued
+            served.queue_s, served.compute_s = 0.0, self.takes
         if self.fail is not None:
             raise self.fail
         return {"y": decoded.inputs["x"] * 2}
@@ -80,6 +83,7 @@ class Manager:
         self.entries: dict[tuple[str, str, str], Entry] = {}
         self.ready_deadlines: list[float] = []
         self.loads: list[tuple] = []
+        self.load_s = 0.0  # each ready_runner waits this long (a load)
 
     async def resolve(self, tenant: str, model: str, version: str | None) -> Entry:
         if tenant != "t" or model != "m" or version not in (None, "1"):
@@ -88,6 +92,7 @@ class Manager:
 
     async def ready_runner(self, e: Entry, deadline: float) -> Runner:
         self.ready_deadlines.append(deadline)
+        self.runner.clock.now += self.load_s
         return self.runner
 
     async def versions(self, tenant: str, model: str) -> list[str]:
@@ -243,7 +248,7 @@ def test_wait_quiet_tracks_requests_in_flight():
         gate = asyncio.Event()
         real = mgr.runner.infer
 
-        async def held(decoded, priority, deadline):
+        async def held(decoded, priority, deadline, served=None):
             await gate.wait()
             return await real(decoded, priority, deadline)
 
@@ -310,3 +315,16 @@ def test_metadata_statistics_index_and_load():
         return mgr.loads
 
     assert asyncio.run(scenario()) == [("load", "t", "m", "1", True), ("unload", "t", "m")]
+
+
+def test_served_tells_the_version_its_size_and_where_the_time_went():
+    p, mgr, _ = plane(takes=0.25)
+    mgr.load_s = 1.5
+    served = Served()
+    asyncio.run(p.infer("t", infer_req(), None, served))
+    assert (served.version, served.size_bytes) == ("1", M.total_bytes)
+    assert (served.load_s, served.queue_s, served.compute_s) == (1.5, 0.0, 0.25)
+    refused = Served()
+    with pytest.raises(InvalidArgument):  # refused after the version was resolved: still says which
+        asyncio.run(p.infer("t", pb.ModelInferRequest(model_name="m", id="bad"), None, refused))
+    assert refused.version == "1"

@@ -82,9 +82,10 @@ class FakeHosts:
     script: list[HostError | bytes] = field(default_factory=list)
     latency: float = 0.0
     calls: list[Call] = field(default_factory=list)
+    trailing: tuple[tuple[str, str], ...] = ()  # an OK answer's trailing metadata
 
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...]) -> bytes:
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
         tenant = dict(metadata).get(TENANT_HEADER, "")
         call = Call(address, method, body, timeout, tenant)
         self.calls.append(call)
@@ -94,6 +95,8 @@ class FakeHosts:
         answer = self.script.pop(0) if self.script else self.behaviour(call)
         if isinstance(answer, HostError):
             raise answer
+        if trailers is not None:
+            trailers.extend(self.trailing)
         return answer
 
 

@@ -16,7 +16,7 @@ from catalog.index import connect_redis
 from protos import grpc_service_pb2 as pb
 from router.placement_policy import affinity
 from router.tenants import RedisTenants
-from sim.trace import read_trace
+from sim.trace import read_trace_report
 from tests.router.conftest import ACME_MODELS, SPARE_MODELS, auth, infer_request
 from tests.router.router_proc import RouterProc
 
@@ -248,11 +248,14 @@ def test_access_log_lines_are_a_sim_trace(cluster, routers):
     rec = wait_until(line, what="access log line")
     assert rec["tenant"] == "acme" and rec["model"] == "m03" and rec["version"] == "1" and rec["status"] == "OK"
     assert rec["host"] in [h.addr for h in cluster.hostds]
+    assert rec["size_bytes"] == (cluster.workdir / "acme.onnx").stat().st_size  # the hostd's mmhost-served
+    assert rec["reason"] == "" and rec["compute_ms"] > 0 and rec["queue_ms"] >= 0 and rec["load_ms"] >= 0
     assert rec["bytes_in"] == len(req.SerializeToString()) and rec["bytes_out"] > 0 and rec["total_ms"] > 0
     assert abs(rec["ts"] - time.time()) < 60
-    wl = read_trace(r.access_log)
-    assert len(wl.ts) == len(r.access_log.read_text().splitlines())
-    assert "acme/m03/1" in {m.key for m in wl.models}
+    wl, rep = read_trace_report(r.access_log)
+    assert rep.requested == len(r.access_log.read_text().splitlines()) and rep.non_json == 0
+    assert rep.skipped_status["NOT_FOUND"] >= 1  # globex's model, asked for by acme, is no model to replay
+    assert "acme/m03/1" in {m.key for m in wl.models} and not any(m.key.startswith("acme/secret") for m in wl.models)
 
 
 TRITON_SCRIPT = r"""

@@ -11,7 +11,10 @@ import random
 
 import pytest
 
-from ground.errors import Forwarded, InvalidArgument, Unauthenticated, Unavailable
+from ground.errors import Forwarded, InvalidArgument, ResourceExhausted, Unauthenticated, Unavailable
+from ground.served import Served
+from ground.tenancy import TenantLimits
+from ground.wire import REASON, SERVED
 from ground.settings import RouterSettings
 from protos import grpc_service_pb2 as pb
 from protos import hostd_control_pb2 as hc
@@ -22,6 +25,7 @@ from router.cluster import ClusterView
 from router.directory import ModelDirectory
 from router.dispatcher import Dispatcher
 from router.failover import RetryBudget
+from router.host_client import HostError
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.placement_policy import PlacementConfig
@@ -64,6 +68,11 @@ class Rig:
 
     def infer(self, body: bytes, context: FakeContext | None = None) -> bytes:
         return asyncio.run(self.servicer.ModelInfer(body, context or FakeContext()))
+
+    def lines(self) -> list[dict]:
+        """The access log's lines so far (written now: the writer thread is not started here)."""
+        self.servicer.access_log.flush()
+        return [json.loads(line) for line in self.log.getvalue().splitlines()]
 
     def timeouts(self) -> list[float | None]:
         return [c.timeout for c in self.hosts.calls]
@@ -153,7 +162,7 @@ def test_the_access_log_names_the_served_version_host_and_id():
     rig = Rig(behaviour=host)
     body = infer("m", "r1")
     resp = rig.infer(body)
-    rec = json.loads(rig.log.getvalue())
+    (rec,) = rig.lines()
     assert (rec["tenant"], rec["model"], rec["version"], rec["host"], rec["id"], rec["status"]) == (
         "acme", "m", "7", "h1:1", "r1", "OK")
     assert rec["total_ms"] == pytest.approx(2.0) and rec["bytes_in"] == len(body) and rec["bytes_out"] == len(resp)
@@ -165,8 +174,44 @@ def test_a_hosts_refusal_reaches_the_caller_and_the_access_log():
     with pytest.raises(Forwarded) as e:
         rig.infer(infer("m"))
     assert e.value.code is C.RESOURCE_EXHAUSTED and e.value.reason == "queue_full"
-    assert json.loads(rig.log.getvalue())["status"] == "RESOURCE_EXHAUSTED"
+    (rec,) = rig.lines()
+    assert (rec["status"], rec["reason"], rec["host"]) == ("RESOURCE_EXHAUSTED", "queue_full", "h1:1")
     assert rig.servicer.admission.inflight("acme") == 0  # the concurrency place was given back
+
+
+def test_the_access_log_line_carries_what_the_hostd_says_served_it():
+    rig = Rig()
+    rig.hosts.trailing = ((SERVED, Served("3", 5_300_000, 0.25, 0.0015, 0.002).encode()),)
+    rig.infer(infer("m", "r2"))
+    (rec,) = rig.lines()
+    assert (rec["version"], rec["size_bytes"], rec["host"], rec["status"], rec["reason"]) == (
+        "3", 5_300_000, "h1:1", "OK", "")
+    assert (rec["load_ms"], rec["queue_ms"], rec["compute_ms"]) == (250.0, 1.5, 2.0)
+
+
+def test_a_hostd_refusal_logs_its_host_version_size_and_reason():
+    served = Served("2", 75_000, 0.0, 0.0, 0.0).encode()
+    rig = Rig(behaviour=lambda call: HostError(C.UNAVAILABLE, "model failed to load",
+                                               ((REASON, "load_failed"), (SERVED, served))))
+    with pytest.raises(Forwarded):
+        rig.infer(infer("m"))
+    (rec,) = rig.lines()
+    assert (rec["status"], rec["reason"], rec["host"], rec["version"], rec["size_bytes"]) == (
+        "UNAVAILABLE", "load_failed", "h1:1", "2", 75_000)
+
+
+def test_the_routers_own_refusals_are_logged_with_their_reason_and_no_host():
+    rig = Rig(cluster_of(status("h1:1", models=(("acme", "m", "READY"),))))
+    rig.servicer.admission.replace({"acme": TenantLimits(rate=0.001, burst=1)})
+    rig.infer(infer("m"))  # the bucket's one token
+    with pytest.raises(ResourceExhausted):
+        rig.infer(infer("m"))
+    with pytest.raises(InvalidArgument):
+        rig.infer(infer(""))
+    _, quota, invalid = rig.lines()
+    assert (quota["status"], quota["host"], quota["load_ms"]) == ("RESOURCE_EXHAUSTED", "", None)
+    assert quota["reason"].startswith("quota_")
+    assert (invalid["status"], invalid["reason"]) == ("INVALID_ARGUMENT", "invalid_argument")
 
 
 def _stats(name: str, version: str, count: int, ns: int, batch: int = 1) -> pb.ModelStatistics:

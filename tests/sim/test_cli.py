@@ -12,7 +12,7 @@ def test_sim_sweep_end_to_end(tmp_path):
     res = runner.invoke(app, ["sim", "sweep", "--models", "80", "--requests", "4000", "--sizes", "0.05,0.1,0.3,0.6",
                               "--policy", "lru", "--policy", "gdsf", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "miss-ratio curve" in res.output and "lru" in res.output and "gdsf" in res.output
+    assert "hit-rate curve" in res.output and "lru" in res.output and "gdsf" in res.output and "shed" in res.output
     assert (out / "mrc.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "mrc.csv").read_text().splitlines()) == 1 + 8
 
@@ -35,6 +35,25 @@ def test_sim_run_from_config_file_and_trace(tmp_path):
                               "--mode", "full"])
     assert res.exit_code == 0, res.output
     assert "30 requests" in res.output and "p99" in res.output
+
+
+def test_a_replay_that_sheds_most_requests_says_so_loudly(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("router starting\n" + "".join(
+        json.dumps({"ts": float(i), "tenant": "a", "model": f"m{i % 2}", "version": "1", "status": "OK",
+                    "size_bytes": 5_000_000 if i % 2 else 75_000}) + "\n" for i in range(40)))
+    res = runner.invoke(app, ["sim", "run", "--trace", str(trace), "--cache-bytes", "1000000", "-p", "lru"],
+                        env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "skipped: 1 not JSON (first at line 1)" in res.output
+    assert "WARNING: lru with a 1 MB cache sheds 50% of requests: the cache (1 MB) is smaller than the largest " \
+           "model (5 MB)" in res.output
+    out = tmp_path / "o"
+    res = runner.invoke(app, ["sim", "sweep", "--trace", str(trace), "--sizes", "0.1,0.5,1.0", "-p", "lru",
+                              "--latency", "--out", str(out)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "shed 50%" in res.output and "WARNING: lru with a" in res.output
+    assert (out / "p99.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_sim_rejects_bad_input():

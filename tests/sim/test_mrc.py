@@ -17,14 +17,18 @@ def test_sweep_is_monotonic_ish_and_writes_png_and_csv(tmp_path):
     fractions = [0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
     rows = sweep(wl, fractions, ("lru", "gdsf", "offline"))
     assert len(rows) == 18
-    for policy in ("lru", "gdsf", "offline"):
+    for policy in ("lru", "gdsf", "offline~"):  # mixed sizes: the offline figure is the heuristic, named so
         hits = [r["hit_rate"] for r in rows if r["policy"] == policy]
         assert all(b >= a - 0.01 for a, b in zip(hits, hits[1:], strict=False)), (policy, hits)
         assert hits[-1] > hits[0] + 0.2
         assert sum(r["knee"] for r in rows if r["policy"] == policy) == 1
     by = {(r["policy"], r["cache_fraction"]): r for r in rows}
     for f in fractions:
-        assert by[("offline", f)]["hit_rate"] >= by[("lru", f)]["hit_rate"]
+        assert by[("offline~", f)]["hit_rate"] >= by[("lru", f)]["hit_rate"]
+    # models larger than a 2% cache are shed (and counted); at 80% every model fits
+    biggest = max(m.size for m in wl.models)
+    assert biggest > by[("lru", 0.02)]["cache_bytes"] and by[("lru", 0.02)]["shed_rate"] > 0
+    assert by[("lru", 0.8)]["shed_rate"] == 0.0
     csv_path = write_csv(rows, tmp_path / "mrc.csv")
     png = plot(rows, tmp_path / "mrc.png", "test")
     with open(csv_path) as fh:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from sim.cache_only import run_cache_only
-from sim.trace import read_trace, write_trace
+from sim.trace import read_trace, read_trace_report, write_trace
 
 LINES = [
     {"ts": 100.0, "tenant": "acme", "model": "a", "version": "1", "status": "OK", "total_ms": 3.1, "queue_ms": 0.2,
@@ -49,6 +49,34 @@ def test_round_trip_and_bad_line(tmp_path):
     again = read_trace(tmp_path / "copy.jsonl")
     assert again.ts.tolist() == wl.ts.tolist() and set(again.models) == set(wl.models)
     assert [again.models[i].key for i in again.model] == [wl.models[i].key for i in wl.model]
-    bad = _write(tmp_path / "bad.jsonl", LINES[:2], extra='{"ts": 5, "tenant": "x"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:4: .*missing model, version"):
-        read_trace(bad)
+    only_bad = _write(tmp_path / "bad.jsonl", [], extra='{"ts": 5, "tenant": "x"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl: no request to replay .*1 not JSON.*1 JSON without"):
+        read_trace(only_bad)
+
+
+def test_non_ok_and_non_json_lines_are_skipped_counted_and_reported(tmp_path):
+    lines = [
+        {"ts": 1.0, "tenant": "acme", "model": "a", "version": "1", "status": "OK", "size_bytes": 5_300_000},
+        {"ts": 2.0, "tenant": "acme", "model": "nope", "version": "", "status": "NOT_FOUND", "reason": "not_found"},
+        {"ts": 3.0, "tenant": "acme", "model": "a", "version": "1", "status": "INVALID_ARGUMENT",
+         "reason": "invalid_argument", "size_bytes": 5_300_000},
+        {"ts": 4.0, "tenant": "acme", "model": "a", "version": "1", "status": "RESOURCE_EXHAUSTED",
+         "reason": "quota_rate"},
+        {"ts": 5.0, "tenant": "acme", "model": "b", "version": "2", "status": "UNAVAILABLE", "reason": "no_capacity",
+         "size_bytes": 75_000},
+        {"ts": 6.0, "tenant": "acme", "model": "c", "version": "1", "status": "OK"},  # no size anywhere
+    ]
+    noise = "2026-12-01 21:00:00 INFO router: serving\n{\"level\": \"info\"}\n[1, 2]\n"
+    path = tmp_path / "t.jsonl"
+    path.write_text(noise + "\n".join(json.dumps(x) for x in lines) + "\n" + '{"ts": 7, "tenant"')
+    wl, rep = read_trace_report(path, default_size=1000)
+    assert [(m.key, m.size) for m in wl.models] == [("acme/a/1", 5_300_000), ("acme/c/1", 1000)]
+    assert (rep.lines, rep.replayed, rep.non_json, rep.not_trace, rep.first_bad) == (10, 2, 3, 1, 1)
+    assert rep.skipped_status == {"NOT_FOUND": 1, "INVALID_ARGUMENT": 1, "RESOURCE_EXHAUSTED": 1, "UNAVAILABLE": 1}
+    assert rep.shed == 2 and rep.shed_reasons == {"quota_rate": 1, "no_capacity": 1} and rep.sized_default == ["acme/c/1"]
+    text = "\n".join(rep.summary())
+    assert "replayed 2 of 10 lines" in text and "3 not JSON (first at line 1)" in text
+    assert "shed 2 of 6 requests" in text and "WARNING: 1 model(s) had no size" in text
+    # sizes from elsewhere (the store) win over the trace's
+    wl, rep = read_trace_report(path, sizes_for=lambda keys: {k: 42 for k in keys})
+    assert [m.size for m in wl.models] == [42, 42] and rep.sized_default == []

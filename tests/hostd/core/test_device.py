@@ -15,7 +15,7 @@ def _check(c: DeviceCache) -> None:
 
 def test_counters_equal_the_sums_after_random_operations():
     rng = random.Random(7)
-    for policy in ("lru", "gdsf"):
+    for policy in ("lru", "gdsf", "gdsf-decay"):
         c = DeviceCache(budget=1000, high=0.9, low=0.6, policy=policy,
                         shares={"a": Share(guaranteed=200), "b": Share(maximum=500)})
         loading: set[str] = set()

@@ -203,6 +203,7 @@ class RouterServicer:
                     pass
             self.metrics.requests.labels(tenant, model if known else "(unknown)", status).inc()
             self.metrics.forward_seconds.observe(total)
+            self.metrics.tenant_seconds(tenant).observe(total)
             self.access_log.write(ts=ts, tenant=tenant, model=model, version=served, host=host,
                                   total_ms=total * 1000, status=status, bytes_in=len(body), bytes_out=len(resp),
                                   id=hdr.id, reason=reason)

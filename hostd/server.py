@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 from grpc import aio
@@ -290,8 +291,6 @@ class Hostd:
 def filesystem_bytes(path) -> tuple[int, int] | None:
     """(free bytes for unprivileged writers, size) of the filesystem holding `path` (or its nearest existing
     parent: the disk tier's folder appears with its first model); None when unreadable."""
-    from pathlib import Path
-
     p = Path(path).absolute()
     while not p.exists() and p != p.parent:
         p = p.parent

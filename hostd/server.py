@@ -122,6 +122,12 @@ class Hostd:
         c.budget.labels("device").set(self.budget)
         c.budget.labels("disk").set(self.disk.budget)
         c.budget.labels("ram").set(ram_budget)
+        # bytes per tier from the start (the disk tier adopts what it finds on disk), not from the first load:
+        # alerts that compare them with budgets and free space must see every host
+        c.bytes.labels("device").set(0)
+        c.bytes.labels("disk").set(self.disk.used)
+        if self.ram is not None:
+            c.bytes.labels("ram").set(0)
         c.watermark.labels("high").set(self.budget * settings.high_watermark)
         c.watermark.labels("low").set(self.budget * settings.low_watermark)
         disk = filesystem_bytes(self.disk.root)

@@ -305,10 +305,15 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 
 def runbook_fragments() -> list[tuple[str, str]]:
-    """(page, text) of every `code` fragment in the runbooks."""
+    """(page, text) of every `code` fragment in the runbooks, and of every line of their fenced blocks (comments
+    after `#` dropped)."""
     out = []
     for page in sorted(RUNBOOKS.glob("*.md")):
-        out += [(page.name, m) for m in re.findall(r"`([^`\n]+)`", page.read_text())]
+        text = page.read_text()
+        blocks = re.findall(r"^ *```[^\n]*\n(.*?)^ *```", text, flags=re.S | re.M)
+        out += [(page.name, line.split("#")[0].strip()) for b in blocks for line in b.splitlines()]
+        text = re.sub(r"^ *```[^\n]*\n.*?^ *```", "", text, flags=re.S | re.M)
+        out += [(page.name, m) for m in re.findall(r"`([^`\n]+)`", text)]
     return out
 
 
@@ -320,10 +325,10 @@ def runbook_queries(exported: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 
 def runbook_commands() -> list[tuple[str, str]]:
-    """`mmhost ...` command lines in the alert runbooks and their README (a subcommand and something more).
-    TenantRecovery.md is about a Redis that lost its data, with its own stores and Redis URLs: not run here."""
-    return [(p, f) for p, f in runbook_fragments()
-            if p != "TenantRecovery.md" and f.startswith("mmhost ") and len(f.split()) >= 3]
+    """`mmhost ...` command lines in the runbooks (a subcommand and something more), exports before imports
+    (TenantRecovery.md moves tenants through a file) and a key rotation last."""
+    found = [(p, f) for p, f in runbook_fragments() if f.startswith("mmhost ") and len(f.split()) >= 3]
+    return sorted(found, key=lambda pf: ("rotate-key" in pf[1], "import" in pf[1]))
 
 
 def _substitute(text: str, instance: str) -> str:
@@ -410,16 +415,22 @@ def test_shipped_alerts_fire_and_panels_answer_on_a_real_prometheus(tmp_path, ex
             commands = runbook_commands()
             assert {"tenant set-limits", "catalog set-policy", "top --once"} <= {
                 " ".join(c.split()[1:3]) for _, c in commands}, commands
+            # TenantRecovery.md's names: $R/$S the cluster's Redis and store, $S2/$R2 another store and index
+            (work / "store2").mkdir()
+            files = {"$R": redis.url, "$S": env["MMHOST_STORE"], "$R2": redis.url.rsplit("/", 1)[0] + "/1",
+                     "$S2": str(work / "store2"), "old.json": str(work / "old.json"), "FILE": str(work / "export.json")}
             ran = set()
-            for _page, c in sorted(commands, key=lambda pc: "rotate-key" in pc[1]):  # a key rotation last
+            for _page, c in commands:
                 if any(c.startswith(k) for k in NOT_RUN) or c in ran:
                     continue
-                args = [PLACEHOLDERS.get(a, a) for a in shlex.split(c)[1:]]
+                args = [files.get(a, PLACEHOLDERS.get(a, a)) for a in shlex.split(c)[1:]]
                 out = cli(*args, env=env)
                 ran.add(c)
                 if args[0] == "top":
                     assert all(h.addr.rsplit(":", 1)[1] in out for h in hostds), out
-            assert len(ran) >= 10, ran
+            assert len(ran) >= 20, ran
+            assert {"globex", "greedy"} <= set(cli("tenant", "list", "--redis", files["$R2"], env=env).split()), \
+                "TenantRecovery's import into another index did not carry the tenants"
 
             # -- a host killed
             t = time.time()

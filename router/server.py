@@ -91,6 +91,7 @@ class Router:
             self.tenant_feed = TenantFeed(RedisTenants(connect_redis(s.redis_url, timeout_s=1.0), s.tenants_prefix),
                                           TenantStore.open(s.store, s3) if s.store else None)
             self._aredis = aredis.Redis.from_url(s.redis_url, socket_timeout=2, socket_connect_timeout=2)
+            self.metrics.redis_mode()
             if s.fleet_quotas:  # tenants' limits across all routers together (router/quota_policy.py)
                 self._quota_redis = aredis.Redis.from_url(s.redis_url, socket_timeout=s.quota_timeout_s,
                                                           socket_connect_timeout=s.quota_timeout_s)
@@ -140,7 +141,15 @@ class Router:
 
     async def refresh_hosts(self) -> None:
         await self.forwarder.rotate()  # the client certificate to hostds changed on disk: new channels
-        statuses = await self.source.read()
+        if self._aredis is None:
+            statuses = await self.source.read()
+        else:  # Redis mode: whether Redis answers is a metric (mmhost_router_redis_up; alert MmhostRedisUnreachable)
+            try:
+                statuses = await self.source.read()
+            except Exception:
+                self.metrics.redis_up.set(0)
+                raise
+            self.metrics.redis_up.set(1)
         self.cluster.apply(statuses, self.source.complete, self.clock())
         self.metrics.hosts_up.set(len(self.cluster.eligible()))
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)

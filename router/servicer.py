@@ -211,6 +211,7 @@ class RouterServicer:
             total = self.clock() - t0
             self.metrics.requests.labels(tenant, model if known else "(unknown)", status).inc()
             self.metrics.forward_seconds.observe(total)
+            self.metrics.tenant_seconds(tenant).observe(total)
             if trailers is not None:
                 self._log(ts, tenant, model, version, host, total, status, reason, len(body), resp, hdr.id, served)
 

@@ -75,7 +75,9 @@ def exported() -> dict[str, set[str]]:
                 "summary": ["", "_sum", "_count", "_created"], "gauge": [""], "info": ["_info"],
                 "unknown": [""]}  # Triton's nv_inference_* (hostd/triton_metrics.py): exact names, untyped
     names: dict[str, set[str]] = {}
-    for holder in (HostdMetrics(), RouterMetrics()):
+    router = RouterMetrics()
+    router.redis_mode()  # the series a router in Redis mode adds
+    for holder in (HostdMetrics(), router):
         labels = {m._name: set(m._labelnames) for m in _metric_objects(holder)}
         families = list(holder.registry.collect())
         assert families, f"{type(holder).__name__} registered no metrics"

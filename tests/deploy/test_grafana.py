@@ -72,3 +72,34 @@ def test_promql_helper_finds_series_and_only_series():
     assert metric_names(e) == {"foo_total", "bar", "up"}
     assert selectors(e) == [("foo_total", {"a", "c"})]
     assert metric_names(grafana_to_promql('rate(x_bucket{tenant=~"$tenant"}[$__rate_interval])')) == {"x_bucket"}
+
+
+def _denominators(expr: str) -> list[str]:
+    """The divisor of each `/` at the top level of `expr` (up to the end or an `and`/`or` at depth 0)."""
+    out, depth, i = [], 0, 0
+    while i < len(expr):
+        c = expr[i]
+        depth += c in "([{"
+        depth -= c in ")]}"
+        if c == "/" and depth == 0:
+            out.append(expr[i + 1:].strip())
+        i += 1
+    return out
+
+
+def test_shed_ratios_use_the_alerts_denominator_everywhere():
+    """Every ratio of shed requests, in the dashboard and in the alerts, divides by the requests routers received
+    (or hostd's count where no router reports): router refusals are never divided by hostd-only requests, and
+    the numerator and denominator cover the same instances."""
+    from tests.deploy.test_prometheus import _rules
+
+    want = "(sum by (tenant) (rate(mmhost_router_requests_total"
+    shed = [(t, e) for t, e in _targets() if "mmhost_requests_shed_total" in e and "/" in e]
+    assert shed, "the dashboard has no shed ratio"
+    for title, expr in shed:
+        (den,) = _denominators(expr)
+        assert den.startswith(want) and "or sum by (tenant) (rate(mmhost_requests_total" in den, (title, den)
+        assert "instance" not in expr, f"{title}: an instance filter drops the routers' (or the hostds') half"
+    for rule in _rules():
+        if "mmhost_requests_shed_total" in rule["expr"]:
+            assert "mmhost_router_requests_total" in rule["expr"], rule["alert"]

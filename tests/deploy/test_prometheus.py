@@ -57,13 +57,39 @@ def test_rule_queries_name_only_exported_series(exported):
             assert labels <= exported[name], f"{rule['alert']}: {name} has no label(s) {labels - exported[name]}"
 
 
+def _make_prometheusrule():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_prometheusrule", PROM / "make_prometheusrule.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_runbook_urls_are_absolute_under_one_configurable_base(tmp_path):
+    mod = _make_prometheusrule()
+    assert mod.RUNBOOK_BASE.startswith("https://") and mod.RUNBOOK_BASE.endswith("/")
+    for rule in _rules():
+        assert rule["annotations"]["runbook_url"] == f"{mod.RUNBOOK_BASE}{rule['alert']}.md"
+    # another base: every alert links under it, in the PrometheusRule and in a plain rules file promtool accepts
+    base = "https://wiki.example.org/oncall/mmhost"
+    obj = yaml.safe_load(mod.render(base))
+    urls = [r["annotations"]["runbook_url"] for g in obj["spec"]["groups"] for r in g["rules"]]
+    assert urls == [f"{base}/{r['alert']}.md" for r in _rules()]
+    plain = tmp_path / "rules.yaml"
+    plain.write_text(mod.render_rules(base))
+    r = run([tool("promtool"), "check", "rules", str(plain)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert mod.RUNBOOK_BASE not in plain.read_text()
+
+
 def test_every_alert_has_a_runbook_that_answers_the_on_call_questions():
     for rule in _rules():
         url = rule["annotations"]["runbook_url"]
-        page = ROOT / url
-        assert page.exists(), f"{rule['alert']}: runbook {url} missing"
+        page = ROOT / "docs" / "runbooks" / f"{rule['alert']}.md"
+        assert page.exists(), f"{rule['alert']}: runbook {page} missing (linked as {url})"
         text = page.read_text()
-        assert text.startswith(f"# {rule['alert']}"), f"{url} must be titled with the alert name"
+        assert text.startswith(f"# {rule['alert']}"), f"{page} must be titled with the alert name"
         for section in ("## What it means", "## Who is causing it", "## What to do"):
             assert section in text, f"{url} lacks '{section}'"
         for series in metric_names(rule["expr"]) - {"up"}:
@@ -71,11 +97,7 @@ def test_every_alert_has_a_runbook_that_answers_the_on_call_questions():
 
 
 def test_prometheusrule_carries_exactly_the_checked_rules():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_prometheusrule", PROM / "make_prometheusrule.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _make_prometheusrule()
     assert mod.OUT.read_text() == mod.render(), "stale: run python deploy/prometheus/make_prometheusrule.py"
     obj = yaml.safe_load(mod.OUT.read_text())
     assert obj["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]

@@ -1,7 +1,12 @@
-"""The router's cost: the same model and closed-loop load (Triton asyncio clients) sent straight to a hostd
-and through a router in front of it, in one run. Prints throughput and p50/p99 for each and the ratios
-(target: >= 0.7x the direct throughput, <= +0.3 ms p50). Embedded mode: one hostd, one router with a
-tenants file, no Redis. Usage: python bench/router.py [--seconds 4] [--levels 1,32]"""
+"""The router's cost, in one run: the same model and closed-loop load (Triton asyncio clients) sent straight to a
+hostd, through the router, through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio
+pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy). For each concurrency
+level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
+(from /proc, over the measured window), and the router's CPU per request against hostd's. Targets (issue #13):
+kept >= 0.8x at c32, p50 added <= +0.8 ms at c1, router CPU per request <= 0.35x hostd's (small model, c16).
+Embedded mode: one hostd, one router with a tenants file, no Redis.
+
+    python -m bench.router [--seconds 4] [--levels 1,16,32] [--dims 256,3500,3500,10 | --small]"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_serving  # noqa: E402
+from bench.nginx import start_nginx  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
@@ -37,14 +44,31 @@ def start_router(hostd: str, tenants: Path, store: Path, workdir: Path) -> tuple
     return proc, addr
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children threads (/proc/PID/stat)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: dict[str, int]) -> dict:
+    """One closed-loop point with each process's CPU seconds per request over the whole run."""
+    before = {n: cpu_s(p) for n, p in pids.items()}
+    r = asyncio.run(closed_loop(addr, "mlp", "input", x, c, seconds, headers=headers))
+    total = r["n"] + r["rps"] * 0.5  # requests in the warm-up too (approximately): CPU counts them as well
+    r["cpu_us"] = {n: (cpu_s(p) - before[n]) / max(total, 1) * 1e6 for n, p in pids.items()}
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--levels", default="1,32")
+    ap.add_argument("--levels", default="1,16,32")
     ap.add_argument("--dims", default="256,3500,3500,10", help="MLP layer sizes (the reference model by default)")
+    ap.add_argument("--small", action="store_true", help="the small model (MLP 64-256-8): CPU per request of the path")
+    ap.add_argument("--no-nginx", action="store_true")
     a = ap.parse_args()
     levels = [int(c) for c in a.levels.split(",")]
-    dims = tuple(int(d) for d in a.dims.split(","))
+    dims = (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         build_onnx_mlp(t / "mlp.onnx", dims)
@@ -55,24 +79,72 @@ def main() -> None:
               f"{a.seconds:.0f}s per point; {os.cpu_count()} CPUs")
         hostd, haddr = start_hostd(str(t / "store"), t, "--preload", "--default-tenant", "bench")
         router, raddr = start_router(haddr, t / "tenants.json", t / "store", t)
+        paddr = f"127.0.0.1:{free_port()}"
+        passthru = subprocess.Popen([sys.executable, "-m", "bench.passthrough", paddr, haddr], cwd=ROOT)
+        wait_serving(paddr, passthru)
+        nginx = None
+        if not a.no_nginx:
+            naddr = f"127.0.0.1:{free_port()}"
+            nginx = start_nginx(naddr, haddr, t / "nginx")
+            wait_serving(naddr, nginx)
         headers = {"authorization": f"Bearer {key}"}
         try:
             x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
             rows = []
             for c in levels:
-                direct = asyncio.run(closed_loop(haddr, "mlp", "input", x, c, a.seconds))
-                routed = asyncio.run(closed_loop(raddr, "mlp", "input", x, c, a.seconds, headers=headers))
-                rows.append((c, direct, routed))
+                pts = {"direct": measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid})}
+                pts["router"] = measured(raddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": router.pid})
+                if nginx is not None:
+                    pts["nginx"] = measured(naddr, x, c, a.seconds, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)})
+                pts["passthrough"] = measured(paddr, x, c, a.seconds, None, {"hostd": hostd.pid, "passthrough": passthru.pid})
+                rows.append((c, pts))
         finally:
-            stop(router)
-            stop(hostd)
-    print(f"{'conc':>5} | {'direct req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | {'router req/s':>12} {'p50 ms':>7} "
-          f"{'p99 ms':>7} | {'thru ratio':>10} {'p50 +ms':>8} {'p99 ratio':>9}")
-    for c, d, r in rows:
-        ratio = r["rps"] / d["rps"] if d["rps"] else float("nan")
-        errs = f"  errors direct={d['errors']} router={r['errors']}" if d["errors"] or r["errors"] else ""
-        print(f"{c:>5} | {d['rps']:12.0f} {d['p50']:7.2f} {d['p99']:7.2f} | {r['rps']:12.0f} {r['p50']:7.2f} "
-              f"{r['p99']:7.2f} | {ratio:9.2f}x {r['p50'] - d['p50']:+8.2f} {r['p99'] / d['p99']:8.2f}x{errs}")
+            for p in (passthru, nginx, router, hostd):
+                if p is not None:
+                    stop(p)
+    print(f"{'conc':>4} | {'path':<11} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
+          f"CPU us/request")
+    for c, pts in rows:
+        d = pts["direct"]
+        for name, r in pts.items():
+            kept = r["rps"] / d["rps"] if d["rps"] else float("nan")
+            cpu = " ".join(f"{n}={us:.0f}" for n, us in r["cpu_us"].items())
+            proxy = next((us for n, us in r["cpu_us"].items() if n != "hostd"), None)
+            vs = f" (proxy/hostd {proxy / r['cpu_us']['hostd']:.2f}x)" if proxy is not None and r["cpu_us"]["hostd"] else ""
+            errs = f" errors={r['errors']}" if r["errors"] else ""
+            print(f"{c:>4} | {name:<11} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
+                  f"{r['p50'] - d['p50']:+8.2f} | {cpu}{vs}{errs}")
+    targets = []
+    for c, pts in rows:
+        r, d = pts["router"], pts["direct"]
+        if c == 1:
+            targets.append(f"c1 router p50 added {r['p50'] - d['p50']:+.2f} ms (target <= +0.8): "
+                           f"{'holds' if r['p50'] - d['p50'] <= 0.8 else 'NOT met'}")
+        if c == 32:
+            k = r["rps"] / d["rps"]
+            targets.append(f"c32 router kept {k:.2f}x (target >= 0.8x): {'holds' if k >= 0.8 else 'NOT met'}")
+            floor = pts["passthrough"]["rps"] / d["rps"]
+            targets.append(f"c32 grpc.aio pass-through floor kept {floor:.2f}x: the router is at {k / floor:.2f}x of "
+                           "what a Python proxy with no logic keeps")
+        if c == 16 and a.small:
+            ratio = r["cpu_us"]["router"] / r["cpu_us"]["hostd"]
+            targets.append(f"c16 router CPU/request {ratio:.2f}x hostd's (target <= 0.35x): "
+                           f"{'holds' if ratio <= 0.35 else 'NOT met'}")
+    for line in targets:
+        print(line)
+
+
+def _worker(master: int) -> int:
+    """nginx's (single) worker process: where the proxying CPU goes."""
+    import psutil
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        kids = psutil.Process(master).children()
+        if kids:
+            return kids[0].pid
+        time.sleep(0.05)
+    return master
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""The floor of a Python gRPC proxy: a grpc.aio server that forwards every unary call's bytes to one upstream
+over one grpc.aio channel, with no logic at all (no auth, no parse, no metrics, no log). bench/router.py runs
+it beside the router to say how far above what grpc.aio itself costs the router is.
+
+    python -m bench.passthrough LISTEN UPSTREAM"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import grpc
+from grpc import aio
+
+
+class _Forward(grpc.GenericRpcHandler):
+    def __init__(self, channel: aio.Channel) -> None:
+        self.channel = channel
+        self.calls: dict[str, aio.UnaryUnaryMultiCallable] = {}
+
+    def service(self, details):
+        method = details.method
+        call = self.calls.get(method)
+        if call is None:
+            call = self.calls[method] = self.channel.unary_unary(method)
+
+        async def handler(body: bytes, context) -> bytes:
+            return await call(body, timeout=context.time_remaining())
+
+        return grpc.unary_unary_rpc_method_handler(handler)
+
+
+async def serve(listen: str, upstream: str) -> None:
+    big = [("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)]
+    channel = aio.insecure_channel(upstream, options=big)
+    server = aio.server(options=big)
+    server.add_generic_rpc_handlers((_Forward(channel),))
+    server.add_insecure_port(listen)
+    await server.start()
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], sys.argv[2]))

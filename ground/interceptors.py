@@ -14,6 +14,8 @@ failed transport and mark a healthy host down for)."""
 
 from __future__ import annotations
 
+import contextvars
+
 import logging
 import secrets
 
@@ -57,10 +59,17 @@ async def _abort(context: aio.ServicerContext, err: Exception) -> None:
     await context.abort(code, text)
 
 
+# The size on the wire of the request being handled (this task's), set where the bytes are decoded: what a
+# handler charges against a byte budget without walking the decoded message (reading a bytes field of a upb
+# message copies it: 1.5 ms for an 8 MiB tensor).
+WIRE_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("mmhost_wire_bytes", default=0)
+
+
 def _wrap_unary(behavior, deserializer=None):
     async def wrapper(request, context):
         try:
             if deserializer is not None:
+                WIRE_BYTES.set(len(request))
                 try:
                     request = deserializer(request)
                 except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ground.deadlines import deadline_at
 from ground.served import Served
 from ground.errors import InvalidArgument, NotFound, ResourceExhausted, ServingError, Unavailable
+from ground.interceptors import WIRE_BYTES
 from ground.inflight_policy import InflightBytes, budget_of
 from ground.manifest import ModelManifest
 from ground.params import param_int
@@ -170,7 +171,9 @@ class DataPlane:
             if self.draining:
                 raise Unavailable("server is draining; retry on another host", reason=Reason.DRAINING.value,
                                   retry_after_ms=DRAIN_RETRY_AFTER_MS)
-            n = request_bytes(request)
+            # raw tensors: the size on the wire is their size (walking them would copy each); typed contents
+            # take more room decoded than on the wire: counted element by element
+            n = (WIRE_BYTES.get() if len(request.raw_input_contents) else 0) or request_bytes(request)
             grant = self.inflight_bytes.acquire(tenant, n)
             if not grant.granted:
                 raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,

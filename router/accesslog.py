@@ -107,11 +107,15 @@ class AccessLog:
         self._thread.start()
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(FLUSH_S):
             try:
                 self.flush()
-            except OSError as e:  # a full or gone disk: say so on stderr, keep serving (lines are dropped)
-                print(f"access log: write failed: {e}", file=sys.stderr)
+                failing = False
+            except OSError as e:  # a full or gone disk: say so once on stderr, keep serving (those lines are lost)
+                if not failing:
+                    print(f"access log: write failed (lines are lost until it works again): {e}", file=sys.stderr)
+                failing = True
 
     def flush(self) -> None:
         """Write every queued line now (in the caller's thread)."""

@@ -139,8 +139,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             resp = await self.plane.infer(self._tenant(context), request, context.time_remaining(), served)
         except ServingError as e:
-            if served.version:
-                e.trailers += ((SERVED, served.encode()),)
+            if served.version:  # one error object may fail a whole batch: replace, never append to, its trailer
+                e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
             raise
         context.set_trailing_metadata(((SERVED, served.encode()),))
         return resp

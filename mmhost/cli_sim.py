@@ -183,7 +183,7 @@ def sweep_cmd(
     """Hit-rate curves (1 - miss ratio): every policy at every cache size (cache-only fast path) -> table, CSV,
     PNG; shed shown in each."""
     from sim.cluster import run_cluster
-    from sim.mrc import plot, plot_latency, sweep, write_csv
+    from sim.mrc import human_bytes, plot, plot_latency, sweep, write_csv
 
     over = _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, arrivals, drift_period,
                       noisy_models, noisy_share, seed, trace, policy, costs, sizes_from)
@@ -202,8 +202,8 @@ def sweep_cmd(
         rows = sweep(wl, cfg.sizes, cfg.policies, cm, on_point=lambda _r: prog.advance(task), latency=lat,
                      **cfg.cache_kwargs())
     names = list(dict.fromkeys(r["policy"] for r in rows))
-    t = Table(title=f"hit-rate curve, {len(wl):,} requests, {len(wl.models)} models ({wl.total_bytes / 1e9:.3g} GB)")
-    for c in ("cache", "GB", *names):
+    t = Table(title=f"hit-rate curve, {len(wl):,} requests, {len(wl.models)} models ({human_bytes(wl.total_bytes)})")
+    for c in ("cache", "bytes", *names):
         t.add_column(c, justify="right")
     for f in sorted(cfg.sizes):
         cells = []
@@ -213,7 +213,7 @@ def sweep_cmd(
             if latency and not math.isnan(r["p99_ms"]):
                 cell += f" / p99 {r['p99_ms']:,.0f}ms"
             cells.append(("[red]" if r["shed_rate"] >= 0.5 else "") + cell + (" *" if r["knee"] else ""))
-        t.add_row(f"{f * 100:.3g}%", f"{wl.total_bytes * f / 1e9:.3g}", *cells)
+        t.add_row(f"{f * 100:.3g}%", human_bytes(wl.total_bytes * f), *cells)
     console.print(t)
     console.print("cells: hit rate / total load time / share of requests shed" + (" / p99" if latency else "")
                   + "; * marks the knee of the hit-rate curve; red: most requests shed"

@@ -19,7 +19,8 @@ Every line has every key, in this order:
 
 Off the request path: `write` appends a tuple to a bounded queue; a thread of its own turns them into
 JSON and writes them in batches (every FLUSH_S and on close). Past `max_pending` lines waiting (a stuck
-disk), new lines are dropped and counted (`on_drop`). A file rotates by size: past `max_bytes`, FILE
+disk), new lines are dropped; they and the lines of a failed write are counted (`on_drop`:
+mmhost_router_access_log_dropped_total). A file rotates by size: past `max_bytes`, FILE
 becomes FILE.1 (FILE.1 becomes FILE.2 ..., `backups` kept). '-' writes to stdout, where nothing else goes
 (mmhost logs to stderr), so `kubectl logs` of a router with `--access-log -` is the trace.
 """
@@ -92,12 +93,15 @@ class AccessLog:
         if self._out is None:
             return
         if len(self._pending) >= self._max_pending:
-            self.dropped += 1
-            if self._on_drop is not None:
-                self._on_drop(1)
+            self._count_dropped(1)
             return
         self._pending.append((ts, tenant, model, version, size_bytes, host, status, reason or "", load_ms, queue_ms,
                               compute_ms, total_ms, bytes_in, bytes_out, id))
+
+    def _count_dropped(self, n: int) -> None:
+        self.dropped += n
+        if self._on_drop is not None:
+            self._on_drop(n)
 
     def start(self) -> None:
         """Start the writer thread (lines written every FLUSH_S); without it, lines wait for flush()."""
@@ -107,11 +111,15 @@ class AccessLog:
         self._thread.start()
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(FLUSH_S):
             try:
                 self.flush()
-            except OSError as e:  # a full or gone disk: say so on stderr, keep serving (lines are dropped)
-                print(f"access log: write failed: {e}", file=sys.stderr)
+                failing = False
+            except OSError as e:  # a full or gone disk: say so once on stderr, keep serving (those lines are lost)
+                if not failing:
+                    print(f"access log: write failed (lines are lost until it works again): {e}", file=sys.stderr)
+                failing = True
 
     def flush(self) -> None:
         """Write every queued line now (in the caller's thread)."""
@@ -126,8 +134,12 @@ class AccessLog:
             if not lines:
                 return
             text = "".join(lines)
-            out.write(text)
-            out.flush()
+            try:
+                out.write(text)
+                out.flush()
+            except OSError:
+                self._count_dropped(len(lines))
+                raise
             if self._max_bytes:
                 self._size += len(text.encode("utf-8"))
                 if self._size >= self._max_bytes:

@@ -93,15 +93,22 @@ def sweep(
 
 
 def shed_warnings(rows: Iterable[dict], largest_model: int = 0, key: str = "shed_rate") -> list[str]:
-    """One loud line per configuration that sheds most requests (MOSTLY_SHED or more)."""
-    out = []
+    """One loud line per policy that sheds most requests (MOSTLY_SHED or more) at some cache size."""
+    bad: dict[str, list[dict]] = {}
     for r in rows:
         s = r.get(key, 0.0)
         if isinstance(s, float) and not math.isnan(s) and s >= MOSTLY_SHED:
-            why = (f": the cache ({_bytes(r['cache_bytes'])}) is smaller than the largest model "
-                   f"({_bytes(largest_model)})" if largest_model and r["cache_bytes"] < largest_model else "")
-            out.append(f"WARNING: {r['policy']} with a {_bytes(r['cache_bytes'])} cache sheds {s:.0%} of requests"
-                       f"{why}; its other figures describe only the requests it served")
+            bad.setdefault(r["policy"], []).append(r)
+    out = []
+    for policy, rs in bad.items():
+        top = max(rs, key=lambda r: r["cache_bytes"])
+        shed = max(r[key] for r in rs)
+        sizes = (f"a {human_bytes(top['cache_bytes'])} cache" if len(rs) == 1
+                 else f"{len(rs)} cache sizes up to {human_bytes(top['cache_bytes'])}")
+        why = (f": smaller than the largest model ({human_bytes(largest_model)})"
+               if largest_model and top["cache_bytes"] < largest_model else "")
+        out.append(f"WARNING: {policy} sheds most requests (up to {shed:.0%}) with {sizes}{why}; there, its other "
+                   f"figures describe only the requests it served")
     return out
 
 
@@ -115,7 +122,7 @@ def write_csv(rows: list[dict], path: str | Path) -> Path:
     return path
 
 
-def _bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= div:
             return f"{n / div:,.4g} {unit}"
@@ -147,13 +154,25 @@ def _style(policy: str) -> dict:
 
 
 def _shade_shed(axes, rows: list[dict], div: float, key: str) -> bool:
-    """Shade the sizes where any policy shed most requests; True when there were some."""
-    xs = sorted({r["cache_bytes"] / div for r in rows
-                 if isinstance(r.get(key), float) and not math.isnan(r[key]) and r[key] >= MOSTLY_SHED})
-    for x in xs:
+    """Shade the sizes where any policy shed most requests, each band reaching halfway (on the log axis) to
+    its neighbours, so that neighbouring shed sizes make one band; True when there were some."""
+    every = sorted({r["cache_bytes"] / div for r in rows})
+    shed = {r["cache_bytes"] / div for r in rows
+            if isinstance(r.get(key), float) and not math.isnan(r[key]) and r[key] >= MOSTLY_SHED}
+    for i, x in enumerate(every):
+        if x not in shed:
+            continue
+        left = math.sqrt(every[i - 1] * x) if i > 0 else x / 1.15
+        right = math.sqrt(every[i + 1] * x) if i + 1 < len(every) else x * 1.15
         for ax in axes:
-            ax.axvspan(x / 1.15, x * 1.15, color="red", alpha=0.15, lw=0)
-    return bool(xs)
+            ax.axvspan(left, right, color="red", alpha=0.15, lw=0)
+    return bool(shed)
+
+
+def _colors(rows: list[dict]) -> dict[str, str]:
+    """One color per online policy, the same in every picture of one sweep."""
+    online = [p for p in dict.fromkeys(r["policy"] for r in rows) if not p.startswith("offline")]
+    return {p: f"C{i}" for i, p in enumerate(online)}
 
 
 def _mpl():
@@ -166,14 +185,16 @@ def _mpl():
 
 
 def _plain(ax, y: bool = False) -> None:
-    """Log axes with plain numbers (0.1, 1, 10), not powers of ten."""
-    from matplotlib.ticker import FuncFormatter
+    """Log axes with plain numbers (0.1, 1, 10), not powers of ten; a log y axis is labelled at 1, 2 and 5
+    of each decade, so that a range within one decade still has labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fmt = FuncFormatter(lambda v, _: f"{v:,.10g}")
     ax.xaxis.set_major_formatter(fmt)
     if y:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
@@ -184,15 +205,15 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
     path = Path(path)
     div, unit = _unit(rows)
     fig, (ax_hit, ax_load, ax_shed) = plt.subplots(1, 3, figsize=(15, 4.6))
+    colors = _colors(rows)
     for policy in dict.fromkeys(r["policy"] for r in rows):
         mine = [r for r in rows if r["policy"] == policy]
         xs = [r["cache_bytes"] / div for r in mine]
         knee = next((r for r in mine if r["knee"]), None)
-        label = _label(policy) + (f", knee {_bytes(knee['cache_bytes'])}" if knee else "")
-        st = _style(policy)
-        (line,) = ax_hit.plot(xs, [r["hit_rate"] for r in mine], marker="o", ms=3, label=label, **st)
-        color = line.get_color()
-        st = {**st, "color": color}
+        label = _label(policy) + (f", knee {human_bytes(knee['cache_bytes'])}" if knee else "")
+        st = {"color": colors.get(policy), **_style(policy)}
+        ax_hit.plot(xs, [r["hit_rate"] for r in mine], marker="o", ms=3, label=label, **st)
+        color = st["color"]
         # load time where most was shed is left out: nothing loaded there, which is not a good cache
         ax_load.plot(xs, [r["load_s"] if r["shed_rate"] < MOSTLY_SHED else math.nan for r in mine], marker="o",
                      ms=3, label=_label(policy), **st)
@@ -238,18 +259,20 @@ def plot_latency(rows: list[dict], path: str | Path, title: str = "") -> Path:
         raise ValueError("no latency in these rows (sweep with latency=...)")
     div, unit = _unit(rows)
     fig, (ax_p99, ax_shed) = plt.subplots(1, 2, figsize=(11, 4.4))
+    colors = _colors(rows)
     for policy in dict.fromkeys(r["policy"] for r in rows):
         mine = [r for r in rows if r["policy"] == policy]
         xs = [r["cache_bytes"] / div for r in mine]
-        (line,) = ax_p99.plot(xs, [r["p99_ms"] if r["latency_shed_rate"] < MOSTLY_SHED else math.nan for r in mine],
-                              marker="o", ms=3, label=_label(policy), **_style(policy))
+        st = {"color": colors.get(policy), **_style(policy)}
+        ax_p99.plot(xs, [r["p99_ms"] if r["latency_shed_rate"] < MOSTLY_SHED else math.nan for r in mine],
+                    marker="o", ms=3, label=_label(policy), **st)
         some = [r for r in mine if SOME_SHED <= r["latency_shed_rate"] < MOSTLY_SHED]
         ax_p99.plot([r["cache_bytes"] / div for r in some], [r["p99_ms"] for r in some], "o", ms=10, mfc="none",
                     mec="red", mew=1.5)
-        ax_shed.plot(xs, [r["latency_shed_rate"] for r in mine], marker="o", ms=3, color=line.get_color(),
-                     label=_label(policy), **{k: v for k, v in _style(policy).items() if k != "color"})
+        ax_shed.plot(xs, [r["latency_shed_rate"] for r in mine], marker="o", ms=3, label=_label(policy), **st)
     shaded = _shade_shed((ax_p99, ax_shed), rows, div, "latency_shed_rate")
-    p99 = [r["p99_ms"] for r in rows if not math.isnan(r["p99_ms"]) and r["p99_ms"] > 0]
+    p99 = [r["p99_ms"] for r in rows  # the points drawn
+           if not math.isnan(r["p99_ms"]) and r["p99_ms"] > 0 and r["latency_shed_rate"] < MOSTLY_SHED]
     wide = bool(p99) and max(p99) > 20 * min(p99)  # a log scale only where it spans decades
     ax_p99.set(ylabel="p99 latency (ms" + (", log scale)" if wide else ")"),
                title="p99 latency of served requests (lower is better)", yscale="log" if wide else "linear")

@@ -328,3 +328,34 @@ def test_served_tells_the_version_its_size_and_where_the_time_went():
     with pytest.raises(InvalidArgument):  # refused after the version was resolved: still says which
         asyncio.run(p.infer("t", pb.ModelInferRequest(model_name="m", id="bad"), None, refused))
     assert refused.version == "1"
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.trailing: tuple = ()
+
+    def invocation_metadata(self):
+        return (("mmhost-tenant", "t"),)
+
+    def time_remaining(self):
+        return None
+
+    def set_trailing_metadata(self, md) -> None:
+        self.trailing = tuple(md)
+
+
+def test_the_servicer_answers_with_mmhost_served_once_even_for_an_error_shared_by_a_batch():
+    from hostd.servicer import InferenceServicer
+    from ground.wire import SERVED
+
+    shared = Unavailable("model failed", reason="model_failed")  # one error object fails every request of a batch
+    p, _, _ = plane(fail=shared)
+    servicer = InferenceServicer(None, HostdMetrics(), None, plane=p)  # type: ignore[arg-type]
+    for _ in range(2):
+        with pytest.raises(Unavailable) as e:
+            asyncio.run(servicer.ModelInfer(infer_req(), _Context()))
+        assert [v for k, v in e.value.trailers if k == SERVED] == [Served("1", M.total_bytes, 0.0, 0.0, 0.25).encode()]
+    ctx = _Context()
+    ok_plane, _, _ = plane()
+    asyncio.run(InferenceServicer(None, HostdMetrics(), None, plane=ok_plane).ModelInfer(infer_req(), ctx))  # type: ignore[arg-type]
+    assert Served.decode(dict(ctx.trailing)[SERVED]) == Served("1", M.total_bytes, 0.0, 0.0, 0.25)

@@ -58,3 +58,18 @@ def test_the_writer_thread_writes_and_close_flushes_the_rest(tmp_path):
     assert len(path.read_text().splitlines()) == 50
     log.write(ts=1.0, tenant="t", model="m", version="", host="", total_ms=0.0, status="OK", bytes_in=0,
               bytes_out=0, id="")  # after close: off, no error
+
+
+def test_lines_of_a_failed_write_are_counted_as_dropped():
+    class Full(io.StringIO):
+        def write(self, s):
+            raise OSError(28, "No space left on device")
+
+    dropped: list[int] = []
+    log = AccessLog(Full(), on_drop=dropped.append)
+    _write(log, 4)
+    try:
+        log.flush()
+    except OSError:
+        pass
+    assert log.dropped == 4 and dropped == [4]

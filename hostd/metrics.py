@@ -78,7 +78,8 @@ class CacheMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.hits = Counter("mmhost_cache_hits", "Lookups served by a tier (device, ram, disk)", ["tier"], registry=r)
+        self.hits = Counter("mmhost_cache_hits", "Lookups served by a tier (device, ram, disk; graph: loads from a "
+                            "saved optimized graph)", ["tier"], registry=r)
         self.misses = Counter("mmhost_cache_misses", "Lookups a tier could not serve", ["tier"], registry=r)
         self.evictions = Counter(
             "mmhost_cache_evictions", "Models evicted from a tier, by reason (capacity, watermark, explicit, share)",

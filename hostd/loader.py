@@ -13,6 +13,7 @@ once it was filled from a disk load.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -383,6 +384,9 @@ class Loader:
             timings["verify"] = timings.get("verify", 0.0) + time.perf_counter() - t
         if self.ram is not None:
             self.ram.put(key, blobs)  # type: ignore[arg-type]  # bytes-like, never written again
+        if isinstance(source, GraphSource) and (self.ram is None or key not in self.ram):
+            # no tier keeps the buffer: the session copies the weights, so the buffer goes after the write
+            source = dataclasses.replace(source, in_place=False)
         self._pending_write(key)
         return source, "storage", pieces
 

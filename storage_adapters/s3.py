@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from urllib3.exceptions import HTTPError
+
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
@@ -123,6 +125,8 @@ class S3Storage(Storage):
             num_download_attempts=2,  # stream errors mid-part; connection errors already retry in botocore
             use_threads=True,
         )
+        # botocore reads the paginators' model on first use: here, not on a model's first (cold) load
+        self._client.get_paginator("list_objects_v2")
         self._ranged_min = ranged_get_min_bytes(settings)
         self._parts_pool: ThreadPoolExecutor | None = None
         self._parts_lock = threading.Lock()
@@ -266,27 +270,36 @@ class S3Storage(Storage):
         body = resp["Body"]
         raw = getattr(body, "_raw_stream", None)  # urllib3's response: readinto; else botocore's read()
         try:
-            pos = start
-            while pos < end:
-                if stop is not None and stop.is_set():
-                    raise _Stopped
-                view = buf[pos : min(end, pos + _CHUNK)]
-                if raw is not None:
-                    got = raw.readinto(view)
-                else:
-                    data = body.read(len(view))
-                    got = len(data)
-                    view[:got] = data
-                if not got:
-                    raise StorageUnavailable(f"{self.description}: the stream ended after {pos - start} of "
-                                             f"{end - start} bytes")
-                pos += got
-                if progress:
-                    progress(got)
-                if ready:
-                    ready(pos)
+            self._stream_loop(body, raw, buf, start, end, progress, ready, stop)
+        except (BotoCoreError, _Stopped, StorageError):
+            raise
+        except (HTTPError, OSError) as e:  # the connection broke mid-body (urllib3's own errors, unwrapped)
+            raise StorageUnavailable(f"{self.description}: cannot reach storage at {self.endpoint}: the "
+                                     f"transfer broke: {type(e).__name__}: {e}") from e
         finally:
             body.close()
+
+    @staticmethod
+    def _stream_loop(body, raw, buf: memoryview, start: int, end: int, progress: ProgressFn | None,
+                     ready: ReadyFn | None, stop: threading.Event | None) -> None:
+        pos = start
+        while pos < end:
+            if stop is not None and stop.is_set():
+                raise _Stopped
+            view = buf[pos : min(end, pos + _CHUNK)]
+            if raw is not None:
+                got = raw.readinto(view)
+            else:
+                data = body.read(len(view))
+                got = len(data)
+                view[:got] = data
+            if not got:
+                raise HTTPError(f"the stream ended after {pos - start} of {end - start} bytes")
+            pos += got
+            if progress:
+                progress(got)
+            if ready:
+                ready(pos)
 
     def _read_single(self, key: str, buf: memoryview, progress: ProgressFn | None, ready: ReadyFn | None) -> int:
         resp = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)

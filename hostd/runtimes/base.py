@@ -34,11 +34,14 @@ class GraphSource:
     """A model's graph with its weights apart. `optimized`: the runtime saved it optimized for this device
     (the disk tier's graph cache), and it loads without optimizing again; else it was split from the model
     file's bytes (weights read in place) and is optimized at load like the file. On disk, `graph` is its
-    path (the weights file beside it); in memory, its bytes, with `weights` the weights' buffer."""
+    path (the weights file beside it); in memory, its bytes, with `weights` the weights' buffer, which the
+    session reads in place where it can (`in_place`: then it lives as long as the session; set it only for
+    a buffer a cache tier owns anyway) or copies from."""
 
     graph: Path | bytes
     weights: bytes | bytearray | memoryview | None = None
     optimized: bool = True
+    in_place: bool = True
 
 
 # What a runtime loads: the model file, its verified bytes (the RAM tier's), or a graph with its weights apart.

@@ -82,11 +82,12 @@ def _options(device: DeviceSpec):
     return so
 
 
-def _in_memory(so, name: str, buf: bytes | bytearray | memoryview) -> None:
-    """`buf` as the weights file `name`, read in place where aligned (no copy): the session keeps pointers
-    into it, so it lives as long as the session."""
+def _in_memory(so, name: str, buf: bytes | bytearray | memoryview, in_place: bool = True) -> None:
+    """`buf` as the weights file `name`. In place: aligned weights are read where they lie (no copy) and
+    the session keeps pointers into it, so it must live as long as the session; else they are copied."""
     so.add_external_initializers_from_files_in_memory([name], [buf], [len(buf)])
-    so.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+    if in_place:
+        so.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
 
 
 def _session(source: ModelSource, device: DeviceSpec, so=None):
@@ -104,8 +105,8 @@ def _session(source: ModelSource, device: DeviceSpec, so=None):
         else:
             if source.weights is None:
                 raise RuntimeLoadError("a graph in memory comes with its weights")
-            _in_memory(so, WEIGHTS_FILE if source.optimized else _SPLIT_WEIGHTS, source.weights)
-            model, kept = source.graph, source.weights
+            _in_memory(so, WEIGHTS_FILE if source.optimized else _SPLIT_WEIGHTS, source.weights, source.in_place)
+            model, kept = source.graph, (source.weights if source.in_place else None)
     elif isinstance(source, (bytes, bytearray, memoryview)):
         graph = split_initializers(source, _SPLIT_WEIGHTS)  # misaligned weights are copied, the rest not
         if graph is not None:

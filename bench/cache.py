@@ -37,6 +37,20 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def wait_for_saved_graph(cache_dir: Path, timeout_s: float = 30.0) -> float | None:
+    """Seconds until the disk tier holds a saved graph (an older hostd never makes one: None)."""
+    try:
+        import hostd.cache.graphs  # noqa: F401
+    except ImportError:  # an older checkout
+        return None
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if list(cache_dir.glob("*/*/*/.graphs/*/meta.json")):
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    return None
+
+
 def graph_hits(h: HostdProc) -> float:
     from tests.hostd_proc import metric_value
 
@@ -70,6 +84,9 @@ def main() -> None:
                 h.stop()
         stack.callback(h.stop)
         resident = statistics.median(timed(lambda: h.stub.ModelInfer(req)) for _ in range(20))
+        # after a cold load hostd writes the disk tier's copy and saves the optimized graph in the background
+        # (lowest priority): reloads are measured once that one-time work is done, as they would be later on
+        waited = wait_for_saved_graph(h.log_path.parent / f"cache-{h.port}")
         ram = []
         for _ in range(a.repeat):
             h.stub.RepositoryModelUnload(unload)
@@ -94,6 +111,8 @@ def main() -> None:
           f"({int(from_graph)} of {a.repeat + 1} loads from the saved graph)")
     print(f"reload from RAM     {r * 1000:8.1f} ms   cold/RAM      = {cold / r:5.1f}x")
     print(f"already resident    {resident * 1000:8.1f} ms   cold/resident = {cold / resident:5.1f}x")
+    print("background work after the cold load (disk copy, saved graph): "
+          + (f"done {waited:.2f} s after the resident requests" if waited is not None else "no saved graph"))
     print("| row | measured | target | verdict |")
     print(f"| reload from the host-RAM tier, faster than cold | {cold / r:.1f}x | >= 5x | "
           f"{'ok' if cold / r >= 5 else 'MISSED'} |")

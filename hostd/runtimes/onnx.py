@@ -130,6 +130,7 @@ def save_graph(source, device: DeviceSpec, dest: Path) -> None:
     import onnxruntime as ort
 
     so = _options(device)
+    so.intra_op_num_threads = 1  # background work: one thread
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _SAVE_LEVEL)
     so.optimized_model_filepath = str(dest / GRAPH_FILE)
     so.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE)

@@ -45,7 +45,7 @@ class HostdMetrics:
         )
         self.loads = Counter("mmhost_model_loads", "Model loads by result", ["tenant", "model", "result"], registry=r)
         self.load_duration = Histogram(
-            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, deserialize, warmup)",
+            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, prepare, deserialize, warmup)",
             ["phase"], buckets=_LOAD, registry=r,
         )
         self.models_resident = Gauge("mmhost_models_resident", "Models READY on this host", registry=r)

@@ -1,11 +1,13 @@
 """The cache tiers, measured in one run on a ~50 MB ONNX model in an S3-compatible store (moto_server):
-  cold       first request: fetch from S3 + sha256 verify + load + warm-up + inference
-  disk       reload from the local disk tier (hostd started with the RAM tier off, disk already filled)
-  ram        reload from the host-RAM tier (after an explicit unload): memory copy + session build
+  cold       first request: fetch from S3 + sha256 verify + load + warm-up + inference (a fresh hostd,
+             empty cache, --cold-repeat times)
+  disk       reload from the local disk tier (hostd started with the RAM tier off, disk already filled: the
+             model file and its saved optimized graph)
+  ram        reload from the host-RAM tier (after an explicit unload): session built from bytes in memory
   resident   the model already in device memory
-Prints each time (median of several) and the ratios. Target: cold / ram >= 5.
+Prints each time (median of several) and the ratios. Targets: cold / ram >= 5, cold / disk >= 4.
 
-    .venv/bin/python bench/cache.py [--dims 256,3500,3500,10] [--repeat 5]
+    .venv/bin/python bench/cache.py [--dims 256,3500,3500,10] [--repeat 5] [--cold-repeat 3]
 """
 
 from __future__ import annotations
@@ -35,10 +37,31 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def wait_for_saved_graph(cache_dir: Path, timeout_s: float = 30.0) -> float | None:
+    """Seconds until the disk tier holds a saved graph (an older hostd never makes one: None)."""
+    try:
+        import hostd.cache.graphs  # noqa: F401
+    except ImportError:  # an older checkout
+        return None
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if list(cache_dir.glob("*/*/*/.graphs/*/meta.json")):
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    return None
+
+
+def graph_hits(h: HostdProc) -> float:
+    from tests.hostd_proc import metric_value
+
+    return metric_value(h.metrics_text(), "mmhost_cache_hits_total", tier="graph")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dims", default="256,3500,3500,10")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cold-repeat", type=int, default=3)
     a = ap.parse_args()
     dims = tuple(int(d) for d in a.dims.split(","))
     req = pb.ModelInferRequest(model_name="mlp")
@@ -53,30 +76,48 @@ def main() -> None:
         s3 = stack.enter_context(s3_with_model(work / "mlp.onnx"))
         env = {"MMHOST_S3_ENDPOINT_URL": s3.endpoint}
 
-        h = HostdProc(s3.store, work / "h1", env=env, args=["--ram-cache", "1GiB", "--device-memory", "2GiB"])
+        colds = []
+        for i in range(a.cold_repeat):
+            h = HostdProc(s3.store, work / f"h{i}", env=env, args=["--ram-cache", "1GiB", "--device-memory", "2GiB"])
+            colds.append(timed(lambda h=h: h.stub.ModelInfer(req, timeout=120)))
+            if i < a.cold_repeat - 1:
+                h.stop()
         stack.callback(h.stop)
-        cold = timed(lambda: h.stub.ModelInfer(req, timeout=120))
         resident = statistics.median(timed(lambda: h.stub.ModelInfer(req)) for _ in range(20))
+        # after a cold load hostd writes the disk tier's copy and saves the optimized graph in the background
+        # (lowest priority): reloads are measured once that one-time work is done, as they would be later on
+        waited = wait_for_saved_graph(h.log_path.parent / f"cache-{h.port}")
         ram = []
         for _ in range(a.repeat):
             h.stub.RepositoryModelUnload(unload)
             ram.append(timed(lambda: h.stub.ModelInfer(req, timeout=120)))
-        h.stop()
+        h.stop()  # waits for its background work (the disk tier's copy, the saved graph)
         # a second hostd on the same disk tier, RAM tier off: reloads come from local disk
-        h2 = HostdProc(s3.store, work / "h1", env=env, args=["--ram-cache", "0", "--device-memory", "2GiB",
+        h2 = HostdProc(s3.store, work / "h2", env=env, args=["--ram-cache", "0", "--device-memory", "2GiB",
                                                              "--cache-dir", str(h.log_path.parent / f"cache-{h.port}")])
         stack.callback(h2.stop)
+        h2.stub.ModelInfer(req, timeout=120)  # the process's first load also primes the runtime: not counted
         disk = []
         for _ in range(a.repeat):
-            disk.append(timed(lambda: h2.stub.ModelInfer(req, timeout=120)))
             h2.stub.RepositoryModelUnload(unload)
+            disk.append(timed(lambda: h2.stub.ModelInfer(req, timeout=120)))
+        from_graph = graph_hits(h2)
+    cold = statistics.median(colds)
     r, d = statistics.median(ram), statistics.median(disk)
     print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {size / 1e6:.1f} MB, S3-compatible store on localhost")
-    print(f"cold from S3        {cold * 1000:8.1f} ms")
-    print(f"reload from disk    {d * 1000:8.1f} ms   cold/disk     = {cold / d:5.1f}x")
-    verdict = "ok" if cold / r >= 5 else "MISSED"
-    print(f"reload from RAM     {r * 1000:8.1f} ms   cold/RAM      = {cold / r:5.1f}x   (target >= 5x: {verdict})")
+    print(f"cold from S3        {cold * 1000:8.1f} ms   (median of {a.cold_repeat}: "
+          + ", ".join(f"{c * 1000:.0f}" for c in colds) + ")")
+    print(f"reload from disk    {d * 1000:8.1f} ms   cold/disk     = {cold / d:5.1f}x   "
+          f"({int(from_graph)} of {a.repeat + 1} loads from the saved graph)")
+    print(f"reload from RAM     {r * 1000:8.1f} ms   cold/RAM      = {cold / r:5.1f}x")
     print(f"already resident    {resident * 1000:8.1f} ms   cold/resident = {cold / resident:5.1f}x")
+    print("background work after the cold load (disk copy, saved graph): "
+          + (f"done {waited:.2f} s after the resident requests" if waited is not None else "no saved graph"))
+    print("| row | measured | target | verdict |")
+    print(f"| reload from the host-RAM tier, faster than cold | {cold / r:.1f}x | >= 5x | "
+          f"{'ok' if cold / r >= 5 else 'MISSED'} |")
+    print(f"| reload from the disk tier, faster than cold | {cold / d:.1f}x | >= 4x | "
+          f"{'ok' if cold / d >= 4 else 'MISSED'} |")
 
 
 if __name__ == "__main__":

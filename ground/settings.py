@@ -28,6 +28,14 @@ class S3Settings(BaseSettings):
     multipart_threshold: int = Field(8 << 20, ge=5 << 20, description="bytes; larger objects move in parts")
     multipart_chunksize: int = Field(8 << 20, ge=5 << 20, description="bytes per ranged part")
     max_concurrency: int = Field(8, ge=1, description="parallel parts per transfer")
+    ranged_get_min_bytes: int | None = Field(
+        None, ge=0,
+        description="model loads read objects of at least this many bytes into memory in parallel ranged GETs "
+        "(multipart_chunksize each, max_concurrency at once), smaller ones in one GET. Unset: multipart_threshold "
+        "for a remote store (one S3 connection carries ~50-100 MB/s, parts add up), never for a store on this "
+        "machine (127.0.0.1, localhost: no network to fill; the server's CPU is the limit and ranges only add "
+        "requests). 0: always one GET",
+    )
     checksums: Literal["when_required", "when_supported"] = Field(
         "when_required",
         description="botocore request/response checksums; 'when_required' suits every S3-compatible store "

@@ -45,7 +45,7 @@ class HostdMetrics:
         )
         self.loads = Counter("mmhost_model_loads", "Model loads by result", ["tenant", "model", "result"], registry=r)
         self.load_duration = Histogram(
-            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, deserialize, warmup)",
+            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, prepare, deserialize, warmup)",
             ["phase"], buckets=_LOAD, registry=r,
         )
         self.models_resident = Gauge("mmhost_models_resident", "Models READY on this host", registry=r)
@@ -81,7 +81,8 @@ class CacheMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.hits = Counter("mmhost_cache_hits", "Lookups served by a tier (device, ram, disk)", ["tier"], registry=r)
+        self.hits = Counter("mmhost_cache_hits", "Lookups served by a tier (device, ram, disk; graph: loads from a "
+                            "saved optimized graph)", ["tier"], registry=r)
         self.misses = Counter("mmhost_cache_misses", "Lookups a tier could not serve", ["tier"], registry=r)
         self.evictions = Counter(
             "mmhost_cache_evictions", "Models evicted from a tier, by reason (capacity, watermark, explicit, share)",

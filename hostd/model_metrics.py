@@ -39,6 +39,8 @@ class ModelMetrics:
         for phase, secs in res.timings.items():
             self.m.load_duration.labels(phase).observe(secs)
         self.source_tier(res.source_tier)
+        if res.saved_graph is not None:  # the disk tier's graph cache (runtimes that save graphs)
+            (self.m.cache.hits if res.saved_graph else self.m.cache.misses).labels("graph").inc()
         self.m.loads.labels(m.tenant, m.model, "success").inc()
         self.m.model_memory.labels(m.tenant, m.model, m.version).set(memory_bytes)
 

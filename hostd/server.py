@@ -113,7 +113,11 @@ class Hostd:
             on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),
             per_model=settings.execution_slots_per_model, unit=settings.fair_unit,
         )
-        self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe)
+        # the disk tier's writes and saved graphs run in the background at the lowest priority: on a busy
+        # host they wait, rather than slow the loads and requests that follow a cold load
+        self.tier_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tier-write",
+                                            initializer=lambda: lower_thread_priority(19))
+        self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe, background=self.tier_pool)
         self.manager = ModelManager(
             repo=self.repo, loader=self.loader, cache=self.cache, settings=settings, metrics=self.metrics,
             exec_pool=self.exec_pool, load_pool=self.load_pool, gate=self.gate, tenants=self.tenants,
@@ -289,6 +293,7 @@ class Hostd:
         await self.manager.close()
         self.exec_pool.shutdown(wait=False, cancel_futures=True)
         self.load_pool.shutdown(wait=False, cancel_futures=True)
+        self.tier_pool.shutdown(wait=False, cancel_futures=True)
         log.info("hostd stopped")
 
     async def run_forever(self) -> None:

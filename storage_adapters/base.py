@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 # Called with the number of bytes moved since the last call (s3transfer's callback convention).
 ProgressFn = Callable[[int], None]
+# Called with `end` each time buf[:end] is complete, `end` only growing: bytes can be hashed in order as they arrive.
+ReadyFn = Callable[[int], None]
 
 
 class StorageError(Exception):
@@ -55,6 +58,24 @@ class Storage(abc.ABC):
     def download(self, key: str, dest: Path, progress: ProgressFn | None = None, size_hint: int | None = None) -> None:
         """One object to a local file; large objects in parallel ranged parts where the backend can.
         `size_hint` (the size the caller expects, e.g. from a manifest) lets a backend skip asking for it."""
+
+    def read_into(self, key: str, buf: memoryview, progress: ProgressFn | None = None,
+                  ready: ReadyFn | None = None) -> int:
+        """One object straight into memory the caller sized (from a manifest): `progress` hears of every chunk
+        that arrives, `ready` of the filled prefix. Returns the object's real size; where it differs from
+        len(buf), only min(size, len(buf)) bytes were filled and the caller decides what that means.
+        This default goes through a temporary file; backends that can stream do better."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mmhost-read-") as d:
+            tmp = Path(d) / "object"
+            self.download(key, tmp, progress=progress, size_hint=len(buf))
+            with open(tmp, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                n = f.readinto(buf[: min(size, len(buf))])
+        if ready is not None and n:
+            ready(n)
+        return size
 
     @abc.abstractmethod
     def put_bytes(self, key: str, data: bytes) -> None:

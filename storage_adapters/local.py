@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, Storage, StorageError
+from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, ReadyFn, Storage, StorageError
 
 _CHUNK = 1 << 20
 _NAME_MAX = 255  # bytes per path component on every common filesystem
@@ -85,6 +85,28 @@ class LocalStorage(Storage):
                         progress(len(chunk))
         except OSError as e:
             raise StorageError(f"{self.description}: cannot copy {key!r} to {dest}: {e}") from e
+
+    def read_into(self, key: str, buf: memoryview, progress: ProgressFn | None = None,
+                  ready: ReadyFn | None = None) -> int:
+        src = self._path(key)
+        try:
+            with open(src, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                want, pos = min(size, len(buf)), 0
+                while pos < want:
+                    n = f.readinto(buf[pos : min(want, pos + _CHUNK)])
+                    if not n:
+                        break  # the file shrank while read: the caller sees a short fill and the size
+                    pos += n
+                    if progress:
+                        progress(n)
+                    if ready:
+                        ready(pos)
+        except (FileNotFoundError, IsADirectoryError):
+            raise ObjectNotFound(f"{self.description}: no object {key!r}") from None
+        except OSError as e:
+            raise StorageError(f"{self.description}: cannot read {key!r}: {e}") from e
+        return size
 
     def _atomic_write(self, key: str, writer) -> None:
         dest = self._path(key)

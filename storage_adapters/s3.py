@@ -10,8 +10,13 @@ One botocore client per S3Storage; botocore clients are thread-safe, so hostd's 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from urllib3.exceptions import HTTPError
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -26,7 +31,15 @@ from botocore.exceptions import (
 )
 
 from ground.settings import S3Settings
-from storage_adapters.base import ObjectInfo, ObjectNotFound, ProgressFn, Storage, StorageError, StorageUnavailable
+from storage_adapters.base import (
+    ObjectInfo,
+    ObjectNotFound,
+    ProgressFn,
+    ReadyFn,
+    Storage,
+    StorageError,
+    StorageUnavailable,
+)
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _CREDENTIALS = {
@@ -50,6 +63,25 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
         raise ValueError(f"{uri!r}: no bucket name")
     prefix = prefix.strip("/")
     return bucket, (prefix + "/" if prefix else "")
+
+
+_CHUNK = 1 << 20
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def ranged_get_min_bytes(settings: S3Settings) -> int:
+    """The object size from which reads into memory use parallel ranged GETs; 0 means never (see
+    S3Settings.ranged_get_min_bytes)."""
+    if settings.ranged_get_min_bytes is not None:
+        return settings.ranged_get_min_bytes
+    host = urlsplit(settings.endpoint_url).hostname if settings.endpoint_url else None
+    if host is not None and (host in _LOOPBACK or host.startswith("127.")):
+        return 0
+    return settings.multipart_threshold
+
+
+class _Stopped(Exception):
+    """Another part of the same read failed: this one stops early."""
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -93,6 +125,11 @@ class S3Storage(Storage):
             num_download_attempts=2,  # stream errors mid-part; connection errors already retry in botocore
             use_threads=True,
         )
+        # botocore reads the paginators' model on first use: here, not on a model's first (cold) load
+        self._client.get_paginator("list_objects_v2")
+        self._ranged_min = ranged_get_min_bytes(settings)
+        self._parts_pool: ThreadPoolExecutor | None = None
+        self._parts_lock = threading.Lock()
 
     @classmethod
     def from_uri(cls, uri: str, settings: S3Settings) -> S3Storage:
@@ -210,6 +247,121 @@ class S3Storage(Storage):
         except Exception as e:  # botocore errors, or a stream cut mid-body
             dest.unlink(missing_ok=True)
             raise self._error(e, "download", key) from e
+
+    def read_into(self, key: str, buf: memoryview, progress: ProgressFn | None = None,
+                  ready: ReadyFn | None = None) -> int:
+        """Into memory with no temporary file: one GET read straight into `buf`, or, for objects of at least
+        ranged_get_min_bytes, parallel ranged GETs of multipart_chunksize written at their offsets (`ready`
+        then follows the completed prefix, so hashing stays in order)."""
+        n = len(buf)
+        chunk = self.settings.multipart_chunksize
+        try:
+            if not self._ranged_min or n < self._ranged_min or n <= chunk:
+                return self._read_single(key, buf, progress, ready)
+            return self._read_ranged(key, buf, chunk, progress, ready)
+        except StorageError:
+            raise
+        except Exception as e:  # botocore errors, or urllib3's when the stream breaks mid-body
+            raise self._error(e, "download", key) from e
+
+    def _stream_into(self, resp: dict, buf: memoryview, start: int, end: int, progress: ProgressFn | None,
+                     ready: ReadyFn | None, stop: threading.Event | None = None) -> None:
+        """buf[start:end] from a GetObject response body, read in place (no chunk objects, no copies)."""
+        body = resp["Body"]
+        raw = getattr(body, "_raw_stream", None)  # urllib3's response: readinto; else botocore's read()
+        try:
+            self._stream_loop(body, raw, buf, start, end, progress, ready, stop)
+        except (BotoCoreError, _Stopped, StorageError):
+            raise
+        except (HTTPError, OSError) as e:  # the connection broke mid-body (urllib3's own errors, unwrapped)
+            raise StorageUnavailable(f"{self.description}: cannot reach storage at {self.endpoint}: the "
+                                     f"transfer broke: {type(e).__name__}: {e}") from e
+        finally:
+            body.close()
+
+    @staticmethod
+    def _stream_loop(body, raw, buf: memoryview, start: int, end: int, progress: ProgressFn | None,
+                     ready: ReadyFn | None, stop: threading.Event | None) -> None:
+        pos = start
+        while pos < end:
+            if stop is not None and stop.is_set():
+                raise _Stopped
+            view = buf[pos : min(end, pos + _CHUNK)]
+            if raw is not None:
+                got = raw.readinto(view)
+            else:
+                data = body.read(len(view))
+                got = len(data)
+                view[:got] = data
+            if not got:
+                raise HTTPError(f"the stream ended after {pos - start} of {end - start} bytes")
+            pos += got
+            if progress:
+                progress(got)
+            if ready:
+                ready(pos)
+
+    def _read_single(self, key: str, buf: memoryview, progress: ProgressFn | None, ready: ReadyFn | None) -> int:
+        resp = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+        size = int(resp["ContentLength"])
+        self._stream_into(resp, buf, 0, min(size, len(buf)), progress, ready)
+        return size
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._parts_lock:
+            if self._parts_pool is None:
+                self._parts_pool = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="s3-part")
+            return self._parts_pool
+
+    def _read_ranged(self, key: str, buf: memoryview, chunk: int, progress: ProgressFn | None,
+                     ready: ReadyFn | None) -> int:
+        n = len(buf)
+        bounds = [(a, min(n, a + chunk)) for a in range(0, n, chunk)]
+        done = [False] * len(bounds)
+        totals: list[int] = []
+        lock = threading.Lock()
+        stop = threading.Event()
+        prefix = 0  # parts complete from the start
+
+        def part(i: int) -> None:
+            nonlocal prefix
+            a, b = bounds[i]
+            try:
+                resp = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key, Range=f"bytes={a}-{b - 1}")
+            except ClientError as e:
+                if str(e.response.get("Error", {}).get("Code")) == "InvalidRange":  # the object is shorter
+                    return
+                raise
+            total = int(str(resp.get("ContentRange", "")).rpartition("/")[2] or -1)
+            if total != n:  # another size than expected: stop here, the caller hears the real size
+                resp["Body"].close()
+                with lock:
+                    totals.append(total)
+                return
+            self._stream_into(resp, buf, a, b, progress, None, stop)
+            with lock:
+                totals.append(total)
+                done[i] = True
+                while prefix < len(done) and done[prefix]:
+                    prefix += 1
+                    if ready:
+                        ready(bounds[prefix - 1][1])
+
+        futures = [self._pool().submit(part, i) for i in range(len(bounds))]
+        first: BaseException | None = None
+        for f in futures:  # every part ends before `buf` goes back to the caller
+            try:
+                f.result()
+            except BaseException as e:  # noqa: BLE001 - the first failure is raised once all parts ended
+                stop.set()
+                if first is None and not isinstance(e, _Stopped):
+                    first = e
+        if first is not None:
+            raise first
+        if all(done):
+            return n
+        wrong = [t for t in totals if t != n]
+        return wrong[0] if wrong and wrong[0] >= 0 else self.stat(key).size
 
     # -- writes ---------------------------------------------------------------------------------------
 

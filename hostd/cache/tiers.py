@@ -149,6 +149,12 @@ class DiskTier:
             self._sizes[key] = size
             self._sizes.move_to_end(key)
 
+    def grow(self, key: tuple[str, str, str], n: int) -> None:
+        """Files added to (n < 0: removed from) a version already counted, such as its saved graphs."""
+        with self._lock:
+            if key in self._sizes:
+                self._sizes[key] = max(0, self._sizes[key] + n)
+
     def forget(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             self._sizes.pop(key, None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -28,10 +29,32 @@ class DeviceSpec:
         return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
 
 
+@dataclass(frozen=True)
+class GraphSource:
+    """A model's graph with its weights apart. `optimized`: the runtime saved it optimized for this device
+    (the disk tier's graph cache), and it loads without optimizing again; else it was split from the model
+    file's bytes (weights read in place) and is optimized at load like the file. On disk, `graph` is its
+    path (the weights file beside it); in memory, its bytes, with `weights` the weights' buffer, which the
+    session reads in place where it can (`in_place`: then it lives as long as the session; set it only for
+    a buffer a cache tier owns anyway) or copies from."""
+
+    graph: Path | bytes
+    weights: bytes | bytearray | memoryview | None = None
+    optimized: bool = True
+    in_place: bool = True
+
+
+# What a runtime loads: the model file, its verified bytes (the RAM tier's), or a graph with its weights apart.
+ModelSource = Path | bytes | bytearray | memoryview | GraphSource
+
+
 class LoadedModel(abc.ABC):
     """A deserialized model. `run` may be called from several executor threads at once."""
 
     device: DeviceSpec
+    # bytes of the source the model goes on reading from after the load (weights used in place); the loader
+    # counts them as the model's own unless a cache tier already does
+    kept_bytes: int = 0
 
     @abc.abstractmethod
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...

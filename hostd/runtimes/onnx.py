@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+from hostd.runtimes.base import DeviceSpec, LoadedModel, ModelSource, RuntimeLoadError, GraphSource
+from hostd.runtimes.onnx_split import split_in_place, split_initializers
 from ground.manifest import ModelManifest, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,31 @@ def _providers(device: DeviceSpec) -> list:
     return ["CPUExecutionProvider"]
 
 
-def _session(source: Path | bytes, device: DeviceSpec):
+_SPLIT_WEIGHTS = "model.weights"  # the name a graph split from the model's bytes gives their buffer
+GRAPH_FILE = "graph.onnx"
+WEIGHTS_FILE = "weights.bin"  # a saved graph's weights (on disk beside GRAPH_FILE, or that file's bytes)
+# Saved graphs are optimized up to EXTENDED (fusions, constant folding); ORT advises against saving the ALL
+# level's layout changes, which depend on the CPU. They load with optimization off.
+_SAVE_LEVEL = "ORT_ENABLE_EXTENDED"
+
+
+def graph_cache_key(device: DeviceSpec) -> str:
+    """What a saved graph depends on beyond the model's bytes: ONNX Runtime's version and the provider."""
+    import onnxruntime as ort
+
+    return f"ort{ort.__version__}-{device.kind}"
+
+
+def split_model(buf: memoryview) -> tuple[GraphSource, Callable[[], Iterator[memoryview]]] | None:
+    """Verified model bytes made ready to load in place (hostd/runtimes/onnx_split.py): the source, and the
+    original file's bytes in pieces (the buffer is rearranged). None when the file cannot be split."""
+    split = split_in_place(buf, _SPLIT_WEIGHTS)
+    if split is None:
+        return None
+    return GraphSource(split.graph, buf, optimized=False), lambda: split.original(buf)
+
+
+def _options(device: DeviceSpec):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -53,12 +79,64 @@ def _session(source: Path | bytes, device: DeviceSpec):
     so.log_severity_level = 3
     # Spinning intra-op threads burn cores that the event loop and other models need between runs.
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if device.ort_spinning else "0")
+    return so
+
+
+def _in_memory(so, name: str, buf: bytes | bytearray | memoryview, in_place: bool = True) -> None:
+    """`buf` as the weights file `name`. In place: aligned weights are read where they lie (no copy) and
+    the session keeps pointers into it, so it must live as long as the session; else they are copied."""
+    so.add_external_initializers_from_files_in_memory([name], [buf], [len(buf)])
+    if in_place:
+        so.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+
+
+def _session(source: ModelSource, device: DeviceSpec, so=None):
+    """An InferenceSession, and the buffer it reads weights from in place (to keep alive with it), if any."""
+    import onnxruntime as ort
+
+    so = so if so is not None else _options(device)
+    kept: bytes | bytearray | memoryview | None = None
+    model: str | bytes
+    if isinstance(source, GraphSource):
+        if source.optimized:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if isinstance(source.graph, Path):
+            model = str(source.graph)  # the weights file beside it is mapped, not read
+        else:
+            if source.weights is None:
+                raise RuntimeLoadError("a graph in memory comes with its weights")
+            _in_memory(so, WEIGHTS_FILE if source.optimized else _SPLIT_WEIGHTS, source.weights, source.in_place)
+            model, kept = source.graph, (source.weights if source.in_place else None)
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        graph = split_initializers(source, _SPLIT_WEIGHTS)  # misaligned weights are copied, the rest not
+        if graph is not None:
+            _in_memory(so, _SPLIT_WEIGHTS, source)
+            model, kept = graph, source
+        else:
+            model = bytes(source)
+    else:
+        model = str(source)
     try:
-        return ort.InferenceSession(source if isinstance(source, bytes) else str(source), so, providers=_providers(device))
+        return ort.InferenceSession(model, so, providers=_providers(device)), kept
     except RuntimeLoadError:
         raise
     except Exception as e:  # ORT raises its own exception types for corrupt graphs
         raise RuntimeLoadError(f"onnxruntime could not load the model: {e}") from e
+
+
+def save_graph(source, device: DeviceSpec, dest: Path) -> None:
+    """Optimize the model for `device` and write the result to `dest` (GRAPH_FILE, its weights in
+    WEIGHTS_FILE): a throwaway session, run off any request's path."""
+    import onnxruntime as ort
+
+    so = _options(device)
+    so.intra_op_num_threads = 1  # background work: one thread
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _SAVE_LEVEL)
+    so.optimized_model_filepath = str(dest / GRAPH_FILE)
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE)
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    sess, _ = _session(source, device, so)
+    del sess
 
 
 def prime(device: DeviceSpec) -> None:
@@ -73,7 +151,7 @@ def prime(device: DeviceSpec) -> None:
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    sess = _session(m.SerializeToString(), device)
+    sess, _ = _session(m.SerializeToString(), device)
     sess.run(None, {"x": np.zeros((1, 4), np.float32)})
     del sess
 
@@ -83,7 +161,7 @@ def _dims(shape) -> list[int]:
 
 
 def onnx_signature(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    sess = _session(path, DeviceSpec())
+    sess, _ = _session(path, DeviceSpec())
 
     def spec(a) -> TensorSpec:
         if a.type not in _ORT_TO_V2:
@@ -107,9 +185,10 @@ def _to_bytes(arr: np.ndarray) -> np.ndarray:
 
 
 class OnnxModel(LoadedModel):
-    def __init__(self, source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> None:
+    def __init__(self, source: ModelSource, manifest: ModelManifest, device: DeviceSpec) -> None:
         self.device = device
-        self._sess = _session(source, device)
+        self._sess, self._kept = _session(source, device)
+        self.kept_bytes = len(self._kept) if self._kept is not None else 0
         self._output_names = [o.name for o in self._sess.get_outputs()]
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -120,3 +199,4 @@ class OnnxModel(LoadedModel):
 
     def close(self) -> None:
         self._sess = None  # the session's arenas are freed when the last reference goes
+        self._kept = None

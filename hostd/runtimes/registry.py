@@ -8,27 +8,43 @@ ONNX stays small.
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ground.manifest import ModelFormat, ModelManifest, TensorSpec
 from hostd.runtimes import onnx, torch_rt
-from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+from hostd.runtimes.base import DeviceSpec, GraphSource, LoadedModel, ModelSource, RuntimeLoadError
 
 Signature = tuple[list[TensorSpec], list[TensorSpec]]
+
+
+# Verified bytes -> (what to load and keep in the RAM tier, the original file in pieces) or None
+Splitter = Callable[[memoryview], "tuple[GraphSource, Callable[[], Iterator[memoryview]]] | None"]
+
+
+@dataclass(frozen=True)
+class GraphSaver:
+    """A runtime that keeps a model's graph apart from its weights: saves it optimized for a device (the disk
+    tier's graph cache), and splits a model file's bytes so the weights are read in place."""
+
+    key: Callable[[DeviceSpec], str]  # what a saved graph depends on beyond the model's bytes
+    save: Callable[[ModelSource, DeviceSpec, Path], None]  # optimize, write into the folder given
+    split: Splitter
 
 
 @dataclass(frozen=True)
 class Runtime:
     kind: str  # one library's one-time set-up covers every format of the same kind
-    load: Callable[[Path | bytes, ModelManifest, DeviceSpec], LoadedModel]
+    load: Callable[[ModelSource, ModelManifest, DeviceSpec], LoadedModel]
     prime: Callable[[DeviceSpec], None]
     signature: Callable[[Path], Signature] | None  # None: the file does not declare its inputs and outputs
+    graphs: GraphSaver | None = None
 
 
 RUNTIMES: dict[ModelFormat, Runtime] = {
-    ModelFormat.ONNX: Runtime("onnx", onnx.OnnxModel, onnx.prime, onnx.onnx_signature),
+    ModelFormat.ONNX: Runtime("onnx", onnx.OnnxModel, onnx.prime, onnx.onnx_signature,
+                              GraphSaver(onnx.graph_cache_key, onnx.save_graph, onnx.split_model)),
     ModelFormat.TORCHSCRIPT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, None),
     ModelFormat.TORCH_EXPORT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, torch_rt.export_signature),
 }
@@ -47,9 +63,14 @@ def prepare_runtime(fmt: ModelFormat, device: DeviceSpec) -> None:
     _primed.add((rt.kind, device.name))
 
 
-def load_model(source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
-    """`source` is the model file, or its bytes (the host-RAM tier: no disk read on a reload)."""
+def load_model(source: ModelSource, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
+    """`source` is the model file, its bytes (read into memory from storage, or the host-RAM tier's), or a
+    graph the runtime saved optimized (only for runtimes with `graphs`)."""
     return RUNTIMES[manifest.format].load(source, manifest, device)
+
+
+def graph_saver(fmt: ModelFormat) -> GraphSaver | None:
+    return RUNTIMES[fmt].graphs
 
 
 def read_signature(path: Path, fmt: ModelFormat) -> Signature | None:

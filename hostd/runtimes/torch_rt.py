@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hostd.runtimes.base import DeviceSpec, LoadedModel, RuntimeLoadError
+from hostd.runtimes.base import DeviceSpec, LoadedModel, ModelSource, RuntimeLoadError, GraphSource
 from ground.manifest import ModelFormat, ModelManifest, TensorSpec
 
 _threads_set = threading.Lock()
@@ -51,11 +51,17 @@ _TORCH_TO_V2 = {
 }
 
 
-def _load_export(source: Path | bytes):
+def _file(source: ModelSource) -> io.BytesIO | str:
+    if isinstance(source, GraphSource):  # the graph cache is ONNX Runtime's; the loader never sends one here
+        raise RuntimeLoadError("torch models have no saved graphs")
+    return io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+
+
+def _load_export(source: ModelSource):
     import torch
 
     try:
-        return torch.export.load(io.BytesIO(source) if isinstance(source, bytes) else str(source))
+        return torch.export.load(_file(source))
     except Exception as e:
         raise RuntimeLoadError(f"torch.export could not load the model: {e}") from e
 
@@ -86,7 +92,7 @@ def _spec(name: str, val) -> TensorSpec:
 
 
 class TorchModel(LoadedModel):
-    def __init__(self, source: Path | bytes, manifest: ModelManifest, device: DeviceSpec) -> None:
+    def __init__(self, source: ModelSource, manifest: ModelManifest, device: DeviceSpec) -> None:
         torch = _torch(device)
         self.device = device
         self._torch = torch
@@ -95,8 +101,7 @@ class TorchModel(LoadedModel):
         self._output_names = [t.name for t in manifest.outputs]
         if manifest.format is ModelFormat.TORCHSCRIPT:
             try:
-                f = io.BytesIO(source) if isinstance(source, bytes) else str(source)
-                mod = torch.jit.load(f, map_location=self._dev)
+                mod = torch.jit.load(_file(source), map_location=self._dev)
             except Exception as e:
                 raise RuntimeLoadError(f"torch.jit could not load the model: {e}") from e
             mod.eval()

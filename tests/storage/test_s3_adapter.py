@@ -254,3 +254,95 @@ def test_no_credentials_is_a_clear_error(s3_server, monkeypatch, tmp_path):
     store = S3Storage.from_uri("s3://b/p", S3Settings(endpoint_url=s3_server.endpoint))
     with pytest.raises(StorageUnavailable, match="no usable AWS credentials"):
         store.stat("k")
+
+
+def _read(store, key: str, size: int):
+    """read_into a fresh buffer of `size`: (buffer, returned size, progress sum, ready ends)."""
+    buf = bytearray(size)
+    moved: list[int] = []
+    ends: list[int] = []
+    got = store.read_into(key, memoryview(buf), progress=moved.append, ready=ends.append)
+    return buf, got, sum(moved), ends
+
+
+def test_read_into_memory_in_one_get_in_place(s3_store, tmp_path):
+    data = os.urandom((12 << 20) + 12345)  # above multipart_threshold, but the store is on this machine
+    s3_store.put_bytes("m/one.bin", data)
+    gets = _record_calls(s3_store, "GetObject")
+    heads = _record_calls(s3_store, "HeadObject")
+    buf, got, moved, ends = _read(s3_store, "m/one.bin", len(data))
+    assert got == len(data) and bytes(buf) == data and moved == len(data)
+    assert len(gets) == 1 and "Range" not in gets[0][1] and not heads
+    assert ends == sorted(ends) and ends[-1] == len(data) and len(ends) > 1, "the prefix, as it arrives"
+
+    # the manifest's size is wrong: the real size comes back, never more than the buffer is filled
+    bigger, got, _, ends = _read(s3_store, "m/one.bin", len(data) + 10)
+    assert got == len(data) and bytes(bigger[: len(data)]) == data and ends[-1] == len(data)
+    smaller, got, moved, ends = _read(s3_store, "m/one.bin", 1000)
+    assert got == len(data) and bytes(smaller) == data[:1000] and moved == 1000 and ends[-1] == 1000
+    with pytest.raises(ObjectNotFound):
+        _read(s3_store, "m/missing.bin", 10)
+
+
+def test_read_into_memory_in_parallel_ranged_gets_where_configured(bucket, s3_settings):
+    store = S3Storage.from_uri(f"s3://{bucket}/root", s3_settings.model_copy(update={"ranged_get_min_bytes": 5 << 20}))
+    data = os.urandom((23 << 20) + 7)  # 5 parts of 5 MiB, the last short
+    store.put_bytes("m/big.bin", data)
+    gets = _record_calls(store, "GetObject")
+    buf, got, moved, ends = _read(store, "m/big.bin", len(data))
+    assert got == len(data) and bytes(buf) == data and moved == len(data)
+    ranges = sorted(p["Range"] for _, p in gets)
+    assert len(ranges) == 5 and ranges[0] == f"bytes=0-{(5 << 20) - 1}", ranges
+    assert len({tid for tid, _ in gets}) > 1, "parts fetched by several threads"
+    assert ends == sorted(ends) and ends[-1] == len(data), "ready follows the completed prefix, in order"
+    assert all(e % (5 << 20) == 0 for e in ends[:-1])
+    for wrong in (len(data) + 5, len(data) - (6 << 20)):  # a manifest that says more, or less
+        _, got, _, _ = _read(store, "m/big.bin", wrong)
+        assert got == len(data)
+
+
+def test_ranged_reads_only_pay_off_across_a_network():
+    from storage_adapters.s3 import ranged_get_min_bytes
+
+    for local in ("http://127.0.0.1:9000", "http://localhost:9000", "http://[::1]:9000"):
+        assert ranged_get_min_bytes(S3Settings(endpoint_url=local)) == 0
+    assert ranged_get_min_bytes(S3Settings()) == S3Settings().multipart_threshold  # AWS
+    assert ranged_get_min_bytes(S3Settings(endpoint_url="http://minio.storage:9000")) == 8 << 20
+    assert ranged_get_min_bytes(S3Settings(endpoint_url="http://127.0.0.1:9000", ranged_get_min_bytes=1 << 30)) == 1 << 30
+
+
+def test_storage_stopped_during_a_read_into_memory(tmp_path):
+    srv = MotoServer()
+    stopped = threading.Event()
+    try:
+        store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", S3Settings(endpoint_url=srv.endpoint))
+        data = os.urandom(60 << 20)
+        store.put_bytes("big", data)
+
+        def stop_on_first_bytes(_n: int) -> None:
+            if not stopped.is_set():
+                stopped.set()
+                srv.stop()
+
+        t0 = time.monotonic()
+        with pytest.raises(StorageUnavailable) as ei:
+            store.read_into("big", memoryview(bytearray(len(data))), progress=stop_on_first_bytes)
+        assert time.monotonic() - t0 < FAST_FAIL_S
+        assert stopped.is_set() and srv.endpoint in str(ei.value)
+    finally:
+        if srv.proc.poll() is None:
+            srv.stop()
+
+
+def test_local_store_reads_into_memory(tmp_path):
+    from storage_adapters.local import LocalStorage
+
+    store = LocalStorage(tmp_path / "store")
+    data = os.urandom((3 << 20) + 5)
+    store.put_bytes("a/b.bin", data)
+    buf, got, moved, ends = _read(store, "a/b.bin", len(data))
+    assert got == len(data) and bytes(buf) == data and moved == len(data) and ends[-1] == len(data)
+    _, got, _, _ = _read(store, "a/b.bin", 10)
+    assert got == len(data)
+    with pytest.raises(ObjectNotFound):
+        _read(store, "a/none.bin", 10)

@@ -46,6 +46,9 @@ class LoadResult:
     memory_plausible: bool  # the delta is at least half the model's file bytes (weights must live somewhere)
     source_tier: str  # "ram", "disk" or "storage": where the bytes came from
     timings: dict[str, float] = field(default_factory=dict)
+    # seconds outside the phases: "lock_wait" (for the loader's lock: one deserialize at a time per host) and
+    # "locked" (holding it: deserialize, warm-up and the memory probes around them)
+    waits: dict[str, float] = field(default_factory=dict)
 
 
 def _sha256(path: Path) -> str:
@@ -224,7 +227,9 @@ class Loader:
         source, tier = self._source(m, timings, progress)
         prepare_runtime(m.format, self.device)
         cpu = isinstance(self.probe, CpuProbe)
+        t_ask = time.perf_counter()
         with self._lock:
+            t_got = time.perf_counter()
             if cpu:
                 release_free_memory()
             before = self.probe.used()
@@ -245,9 +250,11 @@ class Loader:
             if cpu:
                 release_free_memory()  # drop the load's temporaries so only what stays is counted
             after = self.probe.used()
+            t_out = time.perf_counter()
         timings["deserialize"] = t2 - t1
         timings["warmup"] = t3 - t2
         delta = max(0, after - before)
         if cpu:  # in host memory the weights are at least their file's size; RSS noise cannot go below it
             delta = max(delta, m.total_bytes)
-        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings)
+        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings,
+                          {"lock_wait": t_got - t_ask, "locked": t_out - t_got})

@@ -1,0 +1,154 @@
+"""A running cluster's Prometheus pages -> a simulator config (`mmhost sim calibrate --from-metrics URL...`).
+
+Input: for each hostd, its pages scraped one or more times (sim/fidelity.py parses them), and optionally the
+routers' pages. Output: a dict that `SimConfig` (sim/config.py) accepts, so `mmhost sim run --config FILE`
+and `--trace` replays run on the measured cluster:
+
+- hosts, device budget (cache_bytes), watermarks, host RAM tier, execution slots, load workers: the hostds'
+  own gauges (mmhost_cache_budget_bytes, mmhost_cache_watermark_bytes, mmhost_execution_slots,
+  mmhost_load_workers); full mode, the router's 3 attempts per request.
+- costs (sim/costs.py, direct form plus batch samples): the locked stage of a load (deserialize, warm-up and
+  probes under the loader's lock: mmhost_model_load_path_seconds{stage="locked"}) fitted as fixed + per byte
+  over load samples; the first stage (fetch + verify phases) per byte of the loads that did not come from host
+  RAM; compute per batch per model from the compute-time and batch-size histograms; the per-request overhead
+  outside hostd (router and RPC hop) = the routers' mean forward time - the hostds' mean request time.
+- Load samples: with two or more scrapes of a host, one per interval in which loads finished (count, bytes,
+  seconds; the bytes from each model's measured memory); with one scrape, the host's totals as one sample.
+
+Pure: takes parsed scrapes, returns data. Fetching the pages is the CLI's (mmhost/cli_sim_calibrate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from sim.costs import _fit_counted
+from sim.fidelity import HostdScrape, batch_samples, measured_sizes
+
+ROUTER_ATTEMPTS = 3  # the router's default max_attempts (ground/settings.py RouterSettings)
+LOAD_WORKERS = 4  # hostd's load threads, when a hostd does not export mmhost_load_workers
+
+
+@dataclass
+class RouterScrape:
+    forward_s: float = 0.0  # mmhost_router_forward_seconds sum
+    forwards: float = 0.0  # ... count
+
+
+def is_router(text: str) -> bool:
+    return "mmhost_router_forward_seconds" in text
+
+
+def parse_router_metrics(text: str) -> RouterScrape:
+    r = RouterScrape()
+    for fam in text_string_to_metric_families(text):
+        for x in fam.samples:
+            if x.name == "mmhost_router_forward_seconds_sum":
+                r.forward_s += x.value
+            elif x.name == "mmhost_router_forward_seconds_count":
+                r.forwards += x.value
+    return r
+
+
+def _size_of(sizes: Mapping[str, int], fallback: float) -> dict[str, float]:
+    """'tenant/model' -> bytes (the largest version seen), from 'tenant/model/version' sizes."""
+    out: dict[str, float] = {}
+    for k, v in sizes.items():
+        tm = k.rsplit("/", 1)[0]
+        out[tm] = max(out.get(tm, 0.0), float(v))
+    out.setdefault("", fallback)
+    return out
+
+
+def load_samples(series: Sequence[HostdScrape], size_of: Mapping[str, float]) -> list[dict[str, float]]:
+    """One host's scrapes -> load samples {count, bytes, locked_seconds, first_seconds, ram}: per interval with
+    loads (two or more scrapes), else the totals of its one scrape."""
+    if not series:
+        return []
+    pairs = list(zip(series, series[1:], strict=False)) or [(HostdScrape(), series[-1])]
+    out = []
+    for prev, cur in pairs:
+        count = nbytes = 0.0
+        for key, n in cur.loads.items():
+            d = n - prev.loads.get(key, 0.0)
+            if d > 0:
+                count += d
+                nbytes += d * size_of.get(key, size_of[""])
+        if count <= 0:
+            continue
+        first = sum(cur.phases.get(p, 0.0) - prev.phases.get(p, 0.0) for p in ("fetch", "verify"))
+        out.append({"count": count, "bytes": nbytes, "first_seconds": first,
+                    "locked_seconds": cur.path.get("locked", 0.0) - prev.path.get("locked", 0.0),
+                    "ram": cur.tiers.get("host_ram", 0.0) - prev.tiers.get("host_ram", 0.0)})
+    return out
+
+
+def _delta(series: Sequence[HostdScrape], attr: str) -> float:
+    first = getattr(series[0], attr) if len(series) > 1 else 0.0
+    return float(getattr(series[-1], attr) - first)
+
+
+def overhead_s(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequence[RouterScrape]]) -> float:
+    """Seconds per request outside hostd: routers' mean forward time minus hostds' mean request time."""
+    if not routers or not hosts:
+        return 0.0
+
+    def d(s: Sequence[Any], attr: str) -> float:
+        return float(getattr(s[-1], attr) - (getattr(s[0], attr) if len(s) > 1 else 0.0))
+
+    fs, fn = sum(d(r, "forward_s") for r in routers), sum(d(r, "forwards") for r in routers)
+    hs, hn = sum(d(h, "request_s") for h in hosts), sum(d(h, "requests") for h in hosts)
+    if fn <= 0 or hn <= 0:
+        return 0.0
+    return max(0.0, fs / fn - hs / hn)
+
+
+def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequence[RouterScrape]] = (),
+                      sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """A SimConfig dict from each hostd's scrapes (and the routers'). `sizes`: measured bytes per
+    'tenant/model/version' (default: hostd's mmhost_model_memory_bytes seen in the scrapes)."""
+    hosts = [h for h in hosts if h]
+    if not hosts:
+        raise ValueError("no hostd metrics to calibrate from")
+    sizes = dict(sizes) if sizes is not None else measured_sizes(s for h in hosts for s in h)
+    fallback = float(np.median(list(sizes.values()))) if sizes else 50e6
+    size_of = _size_of(sizes, fallback)
+    samples = [smp for h in hosts for smp in load_samples(h, size_of)]
+    costs: dict[str, Any] = {}
+    locked = [s for s in samples if s["locked_seconds"] > 0]
+    if locked:
+        fixed, per_byte = _fit_counted([s["count"] for s in locked], [s["bytes"] for s in locked],
+                                       [s["locked_seconds"] for s in locked])
+        costs.update(load_fixed_s=fixed, locked_s_per_byte=per_byte, first_fixed_s=0.0)
+    not_ram = sum(s["count"] - s["ram"] for s in samples)
+    per_byte_tier: dict[str, float] = {"host_ram": 0.0} if samples else {}
+    if not_ram > 0:
+        nbytes = sum(s["bytes"] * (s["count"] - s["ram"]) / s["count"] for s in samples)
+        first = sum(s["first_seconds"] for s in samples)
+        per_byte_tier.update(storage=first / max(nbytes, 1.0), disk=first / max(nbytes, 1.0))
+    if per_byte_tier:
+        costs["load_s_per_byte"] = per_byte_tier
+    batches = batch_samples([h[-1] for h in hosts])
+    if batches:
+        costs["batches"] = batches
+    costs["request_overhead_s"] = overhead_s(hosts, routers)
+    last = [h[-1] for h in hosts]
+    budget = int(np.median([s.budget for s in last]))
+    cfg: dict[str, Any] = {"mode": "full", "policies": ["lru"], "hosts": len(hosts), "attempts": ROUTER_ATTEMPTS,
+                           "load_workers": int(max(s.load_workers for s in last)) or LOAD_WORKERS, "costs": costs}
+    if budget > 0:
+        cfg["cache_bytes"] = budget
+        high = float(np.median([s.high for s in last])) / budget
+        low = float(np.median([s.low for s in last])) / budget
+        if 0 < low <= high <= 1:
+            cfg.update(high=round(high, 4), low=round(low, 4))
+    cfg["host_ram_bytes"] = int(np.median([s.ram_budget for s in last]))
+    slots = int(max(s.slots for s in last))
+    if slots:
+        cfg["slots"] = slots
+    return cfg

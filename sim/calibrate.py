@@ -11,7 +11,10 @@ and `--trace` replays run on the measured cluster:
   probes under the loader's lock: mmhost_model_load_path_seconds{stage="locked"}) fitted as fixed + per byte
   over load samples; the first stage (fetch + verify phases) per byte of the loads that did not come from host
   RAM; compute per batch per model from the compute-time and batch-size histograms; the per-request overhead
-  outside hostd (router and RPC hop) = the routers' mean forward time - the hostds' mean request time.
+  outside hostd (router and RPC hop) = the routers' mean forward time - the hostds' mean request time; an
+  unload's close = the evict stage per capacity eviction less a mean pool wait; how the locked stage varies
+  from load to load (locked_spread) from its histogram's buckets; how a model's measured size varies from load
+  to load (size_spread) from the distinct readings of mmhost_model_memory_bytes.
 - Load samples: with two or more scrapes of a host, one per interval in which loads finished (count, bytes,
   seconds; the bytes from each model's measured memory); with one scrape, the host's totals as one sample.
 
@@ -20,6 +23,7 @@ Pure: takes parsed scrapes, returns data. Fetching the pages is the CLI's (mmhos
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +112,50 @@ def overhead_s(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequenc
     return max(0.0, fs / fn - hs / hn)
 
 
+MIN_SPREAD_LOADS = 20  # fewer loads than this: no spread (every load takes its mean)
+
+
+def size_spread(series: Sequence[Sequence[HostdScrape]]) -> list[list[float]]:
+    """How measured sizes vary from load to load: every distinct reading of a model's memory gauge (one per
+    load, as a rule) over that model's median reading, pooled, as an inverse CDF [[ratio, p], ...]; empty
+    with fewer than MIN_SPREAD_LOADS readings."""
+    readings: dict[tuple[int, str], set[int]] = {}
+    for i, host in enumerate(series):
+        for s in host:
+            for k, v in s.memory.items():
+                readings.setdefault((i, k), set()).add(v)
+    by_model: dict[str, list[int]] = {}
+    for (_, k), vs in readings.items():
+        by_model.setdefault(k, []).extend(vs)
+    ratios = sorted(v / float(np.median(vs)) for vs in by_model.values() for v in vs)
+    if len(ratios) < MIN_SPREAD_LOADS:
+        return []
+    n = len(ratios)
+    return [[r, i / (n - 1)] for i, r in enumerate(ratios)]
+
+
+def spread_from_buckets(buckets: Mapping[float, float]) -> list[list[float]]:
+    """A cumulative histogram (upper bound -> count) as an inverse CDF [[multiplier, p], ...] of value / mean:
+    uniform within each bucket (the +Inf bucket: up to twice the last bound). Empty without observations."""
+    finite = sorted(b for b in buckets if math.isfinite(b))
+    total = max(buckets.values(), default=0.0)
+    if total <= 0 or not finite:
+        return []
+    edges = [(0.0, 0.0)] + [(le, buckets[le]) for le in finite]
+    if total > edges[-1][1]:
+        edges.append((2 * finite[-1], total))
+    pts: list[tuple[float, float]] = []
+    mean = 0.0
+    for (lo, c0), (hi, c1) in zip(edges, edges[1:], strict=False):
+        if c1 <= c0:
+            continue
+        if not pts or pts[-1][0] != lo:
+            pts.append((lo, c0 / total))
+        pts.append((hi, c1 / total))
+        mean += (c1 - c0) / total * (lo + hi) / 2
+    return [[x / mean, p] for x, p in pts] if mean > 0 else []
+
+
 def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequence[RouterScrape]] = (),
                       sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """A SimConfig dict from each hostd's scrapes (and the routers'). `sizes`: measured bytes per
@@ -133,6 +181,21 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
         per_byte_tier.update(storage=first / max(nbytes, 1.0), disk=first / max(nbytes, 1.0))
     if per_byte_tier:
         costs["load_s_per_byte"] = per_byte_tier
+    evictions = sum(_delta(h, "evictions") for h in hosts)
+    pool_waits = sum(h[-1].path.get("pool_wait_count", 0.0) - (h[0].path.get("pool_wait_count", 0.0) if len(h) > 1 else 0.0)
+                     for h in hosts)
+    if evictions > 0 and pool_waits > 0:
+        evict_s = sum(h[-1].path.get("evict", 0.0) - (h[0].path.get("evict", 0.0) if len(h) > 1 else 0.0) for h in hosts)
+        pool_s = sum(h[-1].path.get("pool_wait", 0.0) - (h[0].path.get("pool_wait", 0.0) if len(h) > 1 else 0.0)
+                     for h in hosts)
+        costs["unload_s"] = max(0.0, evict_s / evictions - pool_s / pool_waits)
+    buckets: dict[float, float] = {}
+    for h in hosts:
+        for le, c in h[-1].locked_buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + c - (h[0].locked_buckets.get(le, 0.0) if len(h) > 1 else 0.0)
+    if max(buckets.values(), default=0.0) >= MIN_SPREAD_LOADS:
+        costs["locked_spread"] = spread_from_buckets(buckets)
+    spread = size_spread(hosts)
     batches = batch_samples([h[-1] for h in hosts])
     if batches:
         costs["batches"] = batches
@@ -148,6 +211,8 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
         if 0 < low <= high <= 1:
             cfg.update(high=round(high, 4), low=round(low, 4))
     cfg["host_ram_bytes"] = int(np.median([s.ram_budget for s in last]))
+    if spread:
+        cfg["size_spread"] = spread
     slots = int(max(s.slots for s in last))
     if slots:
         cfg["slots"] = slots

@@ -25,8 +25,11 @@ Hooks (adapters for the router's side):
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from hostd.batch_policy import BatchConfig, Pending
 from hostd.cache.policy import Share
@@ -72,6 +75,12 @@ class ClusterConfig:
     host_ram_bytes: int = 0
     load_workers: int = 0  # hostd's load threads (4); 0: one load at a time, instant evictions (the old model)
     attempts: int = 1  # hosts tried per request on no_capacity / queue_full (the router's max_attempts: 3)
+    seed: int = 0  # the draws of the locked stage's spread (sim.costs.CostModel.locked_spread) and of sizes
+    # How a model's measured size varies from load to load (hostd measures each load; on CPU an RSS delta):
+    # (measured / the model's size, cumulative probability). Each load draws its size; the host reserves what
+    # it measured last time (the model's size the first time) and, when the load measured more, evicts down
+    # to the low watermark, as hostd does. Empty: every load measures the model's size.
+    size_spread: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass
@@ -101,6 +110,8 @@ class SimHost:
         self.models: dict[int, HostedModel] = {}  # loading or ready (or waiting for its own unload to end)
         self.loader_free_at = 0.0
         self.pool = LoadPool(cfg.load_workers) if cfg.load_workers > 0 else None
+        self.measured: dict[int, int] = {}  # model -> the size its last load measured (size_spread)
+        self.loading_size: dict[int, int] = {}  # model -> the size the load under way will measure
 
     @property
     def slots(self) -> ExecutionSlots:
@@ -148,7 +159,10 @@ class Cluster:
         self._pinned = {i for i, m in enumerate(wl.models) if m.key in cfg.pinned}
         self._arrival: dict[int, float] = {}
         # per load (pool mode): seconds in each stage of hostd's load path, as its load-path histogram
-        self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "total": []}
+        self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
+                                                   "total": []}
+        self._rng = random.Random(cfg.seed)
+        self.evictions = {"capacity": 0, "watermark": 0}
 
     def run(self) -> SimResult:
         if self._ts:
@@ -231,9 +245,13 @@ class Cluster:
 
     def _reserve(self, host: SimHost, m: int, hm: HostedModel, now: float) -> bool:
         spec = self.wl.models[m]
-        plan = host.residency.reserve(m, spec.tenant, spec.size, now)
+        estimate = host.measured.get(m, spec.size)
+        plan = host.residency.reserve(m, spec.tenant, estimate, now)
         if not plan.ok:  # back to ABSENT
             return False
+        if self.cfg.size_spread:
+            xs, ps = zip(*self.cfg.size_spread, strict=True)
+            host.loading_size[m] = max(1, int(spec.size * float(np.interp(self._rng.random(), ps, xs))))
         host.models[m] = hm
         st = self.stats[spec.tenant]
         st.loads += 1
@@ -247,9 +265,11 @@ class Cluster:
             st.load_s += done - start
             self.loop.schedule(done, self._loaded, host, m)
             return True
+        self.evictions["capacity"] += len(plan.evict)
         for k in plan.evict:  # UNLOADING from now; closed one after the other before the load is queued
             self._begin_unload(host, k)
-        load = Job("load", (m, now, tier), self.costs.first_seconds(spec.size, tier), self.costs.locked_seconds(spec.size))
+        locked = self.costs.locked_seconds(spec.size) * self.costs.locked_multiplier(self._rng.random())
+        load = Job("load", (m, now, tier), self.costs.first_seconds(spec.size, tier), locked)
         st.load_s += load.first_s + load.locked_s
         self._close_next(host, list(plan.evict), load, now)
         return True
@@ -281,6 +301,7 @@ class Cluster:
                 m, began, tier = job.ref
                 self.load_waits["pool_wait"].append(job.pool_wait)
                 self.load_waits["lock_wait"].append(job.lock_wait)
+                self.load_waits["locked"].append(job.locked_s)
                 self.load_waits["total"].append(self.loop.now - began)
                 self._loaded(host, m)
                 if tier != "host_ram" and self.cfg.host_ram_bytes > 0:  # the RAM-tier fill, off the request path
@@ -320,12 +341,15 @@ class Cluster:
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
         hm = host.models[m]
-        size = self.wl.models[m].size
+        size = host.loading_size.pop(m, self.wl.models[m].size)
+        if self.cfg.size_spread:
+            host.measured[m] = size
         host.residency.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
         host.dispatch.add(m, hm.queue, self._tenant_of[m])
         host.cache.set_busy(m, True)  # until its queue says otherwise (below, in _kick)
         if self.cfg.high < 1.0:  # watermark eviction, best effort
             evict = host.cache.watermark_plan(now).evict
+            self.evictions["watermark"] += len(evict)
             if host.pool is None:
                 self._evict(host, evict)
             elif evict:

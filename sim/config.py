@@ -64,6 +64,9 @@ class SimConfig(BaseModel):
                               "at a time, evictions close through them; 0: one load at a time, instant evictions")
     attempts: int = Field(1, ge=1, description="hosts tried per request when one has no room or a full queue "
                           "(the router's max_attempts, 3)")
+    size_spread: list[tuple[float, float]] = Field(
+        [], description="full mode: [[measured / model size, cumulative probability], ...]: each load draws its "
+        "measured size (sim/calibrate.py, from hostd's per-load readings); empty: sizes as given")
     max_queue: int = Field(1024, ge=1)
     deadline_s: float | None = Field(None, gt=0)
 
@@ -101,6 +104,7 @@ class SimConfig(BaseModel):
             per_model_slots=self.per_model_slots, fair_unit=self.fair_unit, cores=self.cores, threads=self.threads,
             deadline_s=self.deadline_s or float("inf"), host_ram_bytes=self.host_ram_bytes,
             load_workers=self.load_workers, attempts=self.attempts,
+            size_spread=tuple((float(x), float(p)) for x, p in self.size_spread),
         )
 
 

@@ -19,7 +19,10 @@ one load at a time per host (load_fixed_s + size x locked_s_per_byte: deserializ
 A load sample with "locked_seconds" and "first_seconds" (hostd's mmhost_model_load_path_seconds{stage="locked"}
 and its fetch + verify phases) fits the two stages apart; one with "seconds" only fits their sum as before.
 "unload_s" (direct): an unload's close, on the load pool; "fill_s_per_byte" (direct): a RAM-tier fill after a
-load from disk or storage, on the load pool. Both 0 by default.
+load from disk or storage, on the load pool. Both 0 by default. "locked_spread" (direct): how the locked stage
+varies from load to load (on a shared CPU it does, a lot): [[multiplier, cumulative probability], ...], an
+inverse CDF the full engine draws a multiplier from per load (mean 1; sim/calibrate.py builds it from hostd's
+locked-stage histogram). Empty by default: every load takes its mean.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class CostModel:
     locked_s_per_byte: float = 0.0  # under the loader's lock, per byte (deserialize)
     unload_s: float = 0.0  # closing an evicted model, on the load pool
     fill_s_per_byte: float = 0.0  # copying a loaded model's file into the RAM tier, on the load pool
+    locked_spread: tuple[tuple[float, float], ...] = ()  # (multiplier, cumulative probability), mean 1
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.first_seconds(size, tier) + self.locked_seconds(size)
@@ -63,8 +67,16 @@ class CostModel:
         return self.first_fixed_s + size * self.load_s_per_byte[tier]
 
     def locked_seconds(self, size: int) -> float:
-        """A load's stage under the loader's lock (one per host at a time)."""
+        """A load's stage under the loader's lock (one per host at a time), on average."""
         return self.load_fixed_s + size * self.locked_s_per_byte
+
+    def locked_multiplier(self, u: float) -> float:
+        """The locked stage of one load / its mean, for a uniform draw `u` in [0, 1) (1 without a spread)."""
+        pts = self.locked_spread
+        if not pts:
+            return 1.0
+        xs, ps = [x for x, _ in pts], [p for _, p in pts]
+        return float(np.interp(u, ps, xs))
 
     def batch_seconds(self, model: str, items: int) -> float:
         c = self.compute.get(model, self.compute_default)
@@ -146,4 +158,5 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
     return replace(cm, load_fixed_s=fixed, load_s_per_byte=per_byte, compute_default=default, compute=compute,
                    request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
                    unload_s=float(data.get("unload_s", cm.unload_s)),
-                   fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)))
+                   fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
+                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)))

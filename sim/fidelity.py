@@ -38,6 +38,10 @@ class HostdScrape:
     low: float = 0.0
     slots: float = 0.0  # execution slots (0: not exported)
     load_workers: float = 0.0
+    evictions: float = 0.0  # device evictions to make room for a load (reason capacity)
+    watermark_evictions: float = 0.0  # device evictions after a load measured more than it reserved
+    locked_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, locked stage
+    total_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, load start to READY
 
 
 def parse_hostd_metrics(text: str) -> HostdScrape:
@@ -50,6 +54,17 @@ def parse_hostd_metrics(text: str) -> HostdScrape:
                 s.phases[lb["phase"]] = s.phases.get(lb["phase"], 0.0) + v
             elif x.name == "mmhost_model_load_path_seconds_sum":
                 s.path[lb["stage"]] = v
+            elif x.name == "mmhost_model_load_path_seconds_count":
+                s.path[lb["stage"] + "_count"] = v
+            elif x.name == "mmhost_model_load_path_seconds_bucket" and lb.get("stage") == "locked":
+                s.locked_buckets[float(lb["le"])] = v
+            elif x.name == "mmhost_model_load_path_seconds_bucket" and lb.get("stage") == "total":
+                s.total_buckets[float(lb["le"])] = v
+            elif x.name == "mmhost_cache_evictions_total" and lb.get("tier") == "device":
+                if lb.get("reason") == "capacity":
+                    s.evictions += v
+                elif lb.get("reason") == "watermark":
+                    s.watermark_evictions += v
             elif x.name == "mmhost_request_duration_seconds_sum":
                 s.request_s += v
             elif x.name == "mmhost_request_duration_seconds_count":

@@ -86,3 +86,21 @@ def test_staged_samples_fit_the_two_stages_apart():
     assert cm.load_fixed_s == pytest.approx(FIXED) and cm.locked_s_per_byte == pytest.approx(PER_BYTE)
     assert cm.load_s_per_byte["storage"] == pytest.approx(FETCH) and cm.first_fixed_s == pytest.approx(0, abs=1e-12)
     assert cm.load_seconds(MB, "storage") == pytest.approx(FIXED + MB * (PER_BYTE + FETCH))
+
+
+def test_the_locked_stage_spread_from_histogram_buckets_has_mean_one():
+    import numpy as np
+
+    from sim.calibrate import spread_from_buckets
+    from sim.costs import CostModel
+
+    buckets = {0.01: 0.0, 0.05: 50.0, 0.1: 90.0, 0.25: 90.0, 0.5: 100.0, float("inf"): 100.0}
+    pts = spread_from_buckets(buckets)
+    mean = 0.5 * 0.03 + 0.4 * 0.075 + 0.1 * 0.375  # uniform within each bucket with observations
+    assert pts == [[pytest.approx(x / mean), p] for x, p in [(0.01, 0.0), (0.05, 0.5), (0.1, 0.9), (0.25, 0.9),
+                                                              (0.5, 1.0)]]
+    cm = CostModel(locked_spread=tuple(map(tuple, pts)))
+    draws = [cm.locked_multiplier(u) for u in np.linspace(0, 1, 100_001)]
+    assert np.mean(draws) == pytest.approx(1.0, rel=1e-3)
+    assert cm.locked_multiplier(0.5) == pytest.approx(0.05 / mean) and CostModel().locked_multiplier(0.7) == 1.0
+    assert spread_from_buckets({0.1: 0.0, float("inf"): 0.0}) == []

@@ -136,3 +136,20 @@ def test_the_router_tries_another_host_when_one_has_no_room():
                     placement=pin_host0)
     t = retry.run().total
     assert t.shed == 0 and 1 in retry.hosts[1].models
+
+
+def test_measured_sizes_that_vary_from_load_to_load_evict_more():
+    wl = make_workload(["a", "b"], {"a": 4, "b": 4})
+    wl.ts[:] = [0.0, 5.0]  # a is loaded when b comes
+    base = ClusterConfig(device_bytes=10, high=0.95, low=0.5, load_workers=4)
+    plain = Cluster(wl, base, COSTS)
+    plain.run()
+    assert set(plain.hosts[0].cache.residents) == {0, 1} and plain.evictions["capacity"] == 0
+    from dataclasses import replace
+
+    grown = Cluster(wl, replace(base, size_spread=((1.5, 0.0), (1.5, 1.0))), COSTS)  # every load measures 1.5x
+    grown.run()
+    h = grown.hosts[0]
+    # a reserved 4, measured 6; b's 4 more pass the high watermark (9.5): a goes, down to the low one
+    assert set(h.cache.residents) == {1} and h.cache.used == 6 and grown.evictions["capacity"] == 1
+    assert h.measured == {0: 6, 1: 6}  # what the next reservation of each will ask for

@@ -93,7 +93,9 @@ class Scraper(threading.Thread):
 
     def once(self) -> None:
         for i, p in enumerate(self.ports):
-            self.scrapes[i].append(parse_hostd_metrics(scrape(p)))
+            s = parse_hostd_metrics(scrape(p))
+            s.at = time.monotonic()
+            self.scrapes[i].append(s)
 
     def run(self) -> None:
         while not self._done.wait(self.every):
@@ -269,7 +271,7 @@ def sim_run(real: dict, seeds: int, t: Path) -> tuple[dict, Cluster, RouterPlace
     trace.write_text("".join(json.dumps({k: r[k] for k in ("ts", "tenant", "model", "version")}) + "\n"
                              for r in real["recs"]))
     twl = read_trace(trace, sizes=real["sizes"])
-    runs = [sim_once(real, twl, s) for s in range(seeds)]
+    runs = [sim_once(real, twl, s)[0] for s in range(seeds)]
     out = {k: float(np.median([r[k] for r in runs])) for k in ("hit", "p50", "p99", "shed", "loads")}
     out["path"] = {k: float(np.median([r["path"][k] for r in runs])) for k in runs[0]["path"]}
     out["p99 range"] = (min(r["p99"] for r in runs), max(r["p99"] for r in runs))
@@ -301,7 +303,7 @@ def compare(name: str, wl: Workload, a: argparse.Namespace) -> dict:
           f"{c.get('load_s_per_byte', {}).get('storage', 0) * 1e9:.1f} ms/MB, overhead outside hostd "
           f"{c['request_overhead_s'] * 1e3:.1f} ms, close {c.get('unload_s', 0) * 1e3:.1f} ms, locked-stage spread "
           f"p50/p90/p99 x{np.interp([0.5, 0.9, 0.99], *zip(*[(p, x) for x, p in c.get('locked_spread', [[1, 0], [1, 1]])], strict=True))}, "
-          f"slots {real['cfg'].get('slots')}, "
+          f"streaks {c.get('locked_corr', 0):.2f} over {c.get('locked_window_s', 0):.1f}s, slots {real['cfg'].get('slots')}, "
           f"load workers {real['cfg']['load_workers']}")
     return out
 
@@ -360,8 +362,10 @@ def main() -> None:
 reading it: p99 here is a request that waited on one of the slowest loads. On a shared 2-core box the locked
 stage (deserialize + warm-up) of a load varies tenfold (the spread the calibration prints); a p99 over ~2400
 requests rests on a handful of those loads, so it moves from run to run on both sides: the sim's range over
-seeds shows how far. The real box's slow periods also come in streaks (other processes), which the sim's
-independent draws do not reproduce; the mean load stages above are the like-for-like check of the load path.""")
+seeds shows how far. Slow loads also come in streaks (other processes on the box): the sim shares a draw
+within a window as often as the per-interval means say (streaks). The mean load stages above are the
+like-for-like check of the load path; the real total also holds what no stage times (the thread-to-event-loop
+handoff, the GIL under a deserialize), which the sim leaves out.""")
     print(f"all targets held: {'yes' if held_all else 'NO'}; bench took {time.perf_counter() - t_bench:.0f}s on "
           f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f})")
 

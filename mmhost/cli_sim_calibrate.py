@@ -45,21 +45,24 @@ def calibrate_cmd(
 
     urls = [u for arg in [*from_metrics, *(more or [])] for u in arg.split(",") if u.strip()]
     console = Console()
-    pages: dict[str, list[str]] = {u: [] for u in urls}
+    pages: dict[str, list[tuple[float, str]]] = {u: [] for u in urls}
     for i in range(samples):
         if i:
             time.sleep(interval)
         for u in urls:
             try:
-                pages[u].append(_fetch(u, timeout))
+                pages[u].append((time.monotonic(), _fetch(u, timeout)))
             except OSError as e:
                 raise typer.BadParameter(f"{u}: {e}", param_hint="--from-metrics") from None
     hosts, routers = [], []
-    for u, texts in pages.items():
-        if is_router(texts[0]):
-            routers.append([parse_router_metrics(t) for t in texts])
-        elif "mmhost_cache_budget_bytes" in texts[0]:
-            hosts.append([parse_hostd_metrics(t) for t in texts])
+    for u, got in pages.items():
+        if is_router(got[0][1]):
+            routers.append([parse_router_metrics(t) for _, t in got])
+        elif "mmhost_cache_budget_bytes" in got[0][1]:
+            scrapes = [parse_hostd_metrics(t) for _, t in got]
+            for (at, _), sc in zip(got, scrapes, strict=True):
+                sc.at = at
+            hosts.append(scrapes)
         else:
             raise typer.BadParameter(f"{u}: not a hostd's or a router's metrics page", param_hint="--from-metrics")
     if not hosts:

@@ -11,10 +11,14 @@ and `--trace` replays run on the measured cluster:
   probes under the loader's lock: mmhost_model_load_path_seconds{stage="locked"}) fitted as fixed + per byte
   over load samples; the first stage (fetch + verify phases) per byte of the loads that did not come from host
   RAM; compute per batch per model from the compute-time and batch-size histograms; the per-request overhead
-  outside hostd (router and RPC hop) = the routers' mean forward time - the hostds' mean request time; an
+  outside hostd (router and RPC hop) = the routers' median forward time - the hostds' median request time
+  (from their histograms' buckets; the means when there are no buckets: a mean is dragged up by the requests
+  that waited on loads or were retried, a median is what a served-from-cache request pays); an
   unload's close = the evict stage per capacity eviction less a mean pool wait; how the locked stage varies
   from load to load (locked_spread) from its histogram's buckets; how a model's measured size varies from load
-  to load (size_spread) from the distinct readings of mmhost_model_memory_bytes.
+  to load (size_spread) from the distinct readings of mmhost_model_memory_bytes; whether slow loads come in
+  streaks (locked_corr over a window of one scrape interval) from the per-interval means, when the scrapes
+  carry their time (HostdScrape.at).
 - Load samples: with two or more scrapes of a host, one per interval in which loads finished (count, bytes,
   seconds; the bytes from each model's measured memory); with one scrape, the host's totals as one sample.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,7 @@ LOAD_WORKERS = 4  # hostd's load threads, when a hostd does not export mmhost_lo
 class RouterScrape:
     forward_s: float = 0.0  # mmhost_router_forward_seconds sum
     forwards: float = 0.0  # ... count
+    buckets: dict[float, float] = field(default_factory=dict)  # ... le -> cumulative count
 
 
 def is_router(text: str) -> bool:
@@ -56,6 +61,9 @@ def parse_router_metrics(text: str) -> RouterScrape:
                 r.forward_s += x.value
             elif x.name == "mmhost_router_forward_seconds_count":
                 r.forwards += x.value
+            elif x.name == "mmhost_router_forward_seconds_bucket":
+                le = float(x.labels["le"])
+                r.buckets[le] = r.buckets.get(le, 0.0) + x.value
     return r
 
 
@@ -97,14 +105,46 @@ def _delta(series: Sequence[HostdScrape], attr: str) -> float:
     return float(getattr(series[-1], attr) - first)
 
 
+def quantile_from_buckets(buckets: Mapping[float, float], q: float) -> float:
+    """The q-quantile of a cumulative histogram (upper bound -> count), linear within its bucket; nan when
+    empty; the last finite bound when it falls in the +Inf bucket."""
+    finite = sorted(b for b in buckets if math.isfinite(b))
+    total = max(buckets.values(), default=0.0)
+    if total <= 0 or not finite:
+        return float("nan")
+    target, lo, c_lo = q * total, 0.0, 0.0
+    for le in finite:
+        c = buckets[le]
+        if c >= target:
+            return lo + (le - lo) * ((target - c_lo) / (c - c_lo) if c > c_lo else 1.0)
+        lo, c_lo = le, c
+    return finite[-1]
+
+
+def _bucket_delta(series: Sequence[Any]) -> dict[float, float]:
+    last, first = series[-1].buckets, (series[0].buckets if len(series) > 1 else {})
+    return {le: c - first.get(le, 0.0) for le, c in last.items()}
+
+
 def overhead_s(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequence[RouterScrape]]) -> float:
-    """Seconds per request outside hostd: routers' mean forward time minus hostds' mean request time."""
+    """Seconds per request outside hostd: the routers' median forward time minus the hostds' median request
+    time (the means when the pages carry no buckets)."""
     if not routers or not hosts:
         return 0.0
 
     def d(s: Sequence[Any], attr: str) -> float:
         return float(getattr(s[-1], attr) - (getattr(s[0], attr) if len(s) > 1 else 0.0))
 
+    rb: dict[float, float] = {}
+    hb: dict[float, float] = {}
+    for r in routers:
+        for le, c in _bucket_delta(r).items():
+            rb[le] = rb.get(le, 0.0) + c
+    for h in hosts:
+        for le, c in _bucket_delta(h).items():
+            hb[le] = hb.get(le, 0.0) + c
+    if max(rb.values(), default=0.0) > 0 and max(hb.values(), default=0.0) > 0:
+        return max(0.0, quantile_from_buckets(rb, 0.5) - quantile_from_buckets(hb, 0.5))
     fs, fn = sum(d(r, "forward_s") for r in routers), sum(d(r, "forwards") for r in routers)
     hs, hn = sum(d(h, "request_s") for h in hosts), sum(d(h, "requests") for h in hosts)
     if fn <= 0 or hn <= 0:
@@ -156,6 +196,40 @@ def spread_from_buckets(buckets: Mapping[float, float]) -> list[list[float]]:
     return [[x / mean, p] for x, p in pts] if mean > 0 else []
 
 
+def spread_variance(spread: Sequence[Sequence[float]]) -> float:
+    """Variance of the multiplier an inverse CDF [[x, p], ...] describes (uniform between its points)."""
+    m1 = m2 = 0.0
+    for (a, p0), (b, p1) in zip(spread, spread[1:], strict=False):
+        w = p1 - p0
+        m1 += w * (a + b) / 2
+        m2 += w * (a * a + a * b + b * b) / 3
+    return max(0.0, m2 - m1 * m1)
+
+
+def streak_correlation(series: Sequence[Sequence[HostdScrape]], variance: float) -> float:
+    """How much the locked stage's slow loads come together: the chance rho that a load shares its scrape
+    interval's draw, from how far each interval's mean locked time strays from the overall mean beyond what
+    independent loads would give: E[(m_i - mu)^2] = s^2 (1/n_i + (1 - 1/n_i) rho^2), s^2 the per-load variance
+    (`variance` x mu^2). Intervals with fewer than 2 loads say nothing about it."""
+    pts = []
+    for h in series:
+        for prev, cur in zip(h, h[1:], strict=False):
+            n = cur.path.get("locked_count", 0.0) - prev.path.get("locked_count", 0.0)
+            if n >= 1:
+                pts.append((n, cur.path.get("locked", 0.0) - prev.path.get("locked", 0.0)))
+    total_n = sum(n for n, _ in pts)
+    if total_n <= 0 or variance <= 0:
+        return 0.0
+    mu = sum(x for _, x in pts) / total_n
+    s2 = variance * mu * mu
+    multi = [(n, x / n) for n, x in pts if n >= 2]
+    if not multi or s2 <= 0:
+        return 0.0
+    excess = float(np.mean([(m - mu) ** 2 - s2 / n for n, m in multi]))
+    share = float(np.mean([1 - 1 / n for n, _ in multi]))
+    return float(min(1.0, max(0.0, excess / (s2 * share)) ** 0.5))
+
+
 def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequence[RouterScrape]] = (),
                       sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """A SimConfig dict from each hostd's scrapes (and the routers'). `sizes`: measured bytes per
@@ -195,6 +269,10 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
             buckets[le] = buckets.get(le, 0.0) + c - (h[0].locked_buckets.get(le, 0.0) if len(h) > 1 else 0.0)
     if max(buckets.values(), default=0.0) >= MIN_SPREAD_LOADS:
         costs["locked_spread"] = spread_from_buckets(buckets)
+        windows = [b.at - a.at for h in hosts for a, b in zip(h, h[1:], strict=False) if b.at > a.at]
+        rho = streak_correlation(hosts, spread_variance(costs["locked_spread"])) if windows else 0.0
+        if rho > 0:
+            costs.update(locked_corr=round(rho, 4), locked_window_s=float(np.median(windows)))
     spread = size_spread(hosts)
     batches = batch_samples([h[-1] for h in hosts])
     if batches:

@@ -12,7 +12,9 @@ Loads: with `load_workers` 0 (the default), one load at a time per host, evictio
 and RAM-tier fills in FIFO order; a load's deserialize and warm-up hold the loader's lock (one per host). A
 load that needs room first closes its victims one after the other through that pool (the eviction wait);
 a victim is UNLOADING until its close ends, and a request for it then waits and loads it again. Waits per
-load are kept in `Cluster.load_waits`. With `attempts` > 1, a host with no room (every resident busy) or a
+load are kept in `Cluster.load_waits`. Each load's locked stage may be drawn from a measured spread
+(CostModel.locked_spread, with streaks: locked_corr) and its measured size from `size_spread`; the draws
+come from a generator seeded with `seed`. With `attempts` > 1, a host with no room (every resident busy) or a
 full queue sends the request to another host, as the router retries no_capacity and queue_full.
 
 Hooks (adapters for the router's side):
@@ -162,6 +164,7 @@ class Cluster:
         self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
                                                    "total": []}
         self._rng = random.Random(cfg.seed)
+        self._window_draw: dict[int, float] = {}
         self.evictions = {"capacity": 0, "watermark": 0}
 
     def run(self) -> SimResult:
@@ -268,13 +271,23 @@ class Cluster:
         self.evictions["capacity"] += len(plan.evict)
         for k in plan.evict:  # UNLOADING from now; closed one after the other before the load is queued
             self._begin_unload(host, k)
-        locked = self.costs.locked_seconds(spec.size) * self.costs.locked_multiplier(self._rng.random())
+        locked = self.costs.locked_seconds(spec.size) * self.costs.locked_multiplier(self._locked_draw(now))
         load = Job("load", (m, now, tier), self.costs.first_seconds(spec.size, tier), locked)
         st.load_s += load.first_s + load.locked_s
         self._close_next(host, list(plan.evict), load, now)
         return True
 
     # ---- pool mode: hostd's load path ----------------------------------------------------------------
+    def _locked_draw(self, now: float) -> float:
+        """The uniform draw of a load's locked stage: its window's with probability locked_corr, else its own."""
+        u = self._rng.random()
+        if self.costs.locked_corr > 0 and self._rng.random() < self.costs.locked_corr:
+            w = int(now // self.costs.locked_window_s)
+            if w not in self._window_draw:
+                self._window_draw = {w: self._rng.random()}  # windows only move forward
+            return self._window_draw[w]
+        return u
+
     def _begin_unload(self, host: SimHost, k: int) -> None:
         del host.models[k]
         host.dispatch.remove(k)

@@ -22,7 +22,9 @@ and its fetch + verify phases) fits the two stages apart; one with "seconds" onl
 load from disk or storage, on the load pool. Both 0 by default. "locked_spread" (direct): how the locked stage
 varies from load to load (on a shared CPU it does, a lot): [[multiplier, cumulative probability], ...], an
 inverse CDF the full engine draws a multiplier from per load (mean 1; sim/calibrate.py builds it from hostd's
-locked-stage histogram). Empty by default: every load takes its mean.
+locked-stage histogram). Empty by default: every load takes its mean. "locked_corr" and "locked_window_s"
+(direct): slow periods come in streaks (a shared CPU): each load uses its window's draw with probability
+locked_corr instead of its own, so loads in the same window are correlated (the spread stays the same).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class CostModel:
     unload_s: float = 0.0  # closing an evicted model, on the load pool
     fill_s_per_byte: float = 0.0  # copying a loaded model's file into the RAM tier, on the load pool
     locked_spread: tuple[tuple[float, float], ...] = ()  # (multiplier, cumulative probability), mean 1
+    locked_corr: float = 0.0  # chance that a load's draw is its window's (streaks of slow loads)
+    locked_window_s: float = 1.0
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.first_seconds(size, tier) + self.locked_seconds(size)
@@ -159,4 +163,6 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
                    request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
                    unload_s=float(data.get("unload_s", cm.unload_s)),
                    fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
-                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)))
+                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)),
+                   locked_corr=float(data.get("locked_corr", cm.locked_corr)),
+                   locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)))

@@ -42,6 +42,8 @@ class HostdScrape:
     watermark_evictions: float = 0.0  # device evictions after a load measured more than it reserved
     locked_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, locked stage
     total_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, load start to READY
+    buckets: dict[float, float] = field(default_factory=dict)  # request duration: le -> cumulative count, all models
+    at: float = 0.0  # when it was scraped (seconds, any clock; set by the scraper, 0 when unknown)
 
 
 def parse_hostd_metrics(text: str) -> HostdScrape:
@@ -69,6 +71,9 @@ def parse_hostd_metrics(text: str) -> HostdScrape:
                 s.request_s += v
             elif x.name == "mmhost_request_duration_seconds_count":
                 s.requests += v
+            elif x.name == "mmhost_request_duration_seconds_bucket":
+                le = float(lb["le"])
+                s.buckets[le] = s.buckets.get(le, 0.0) + v
             elif x.name == "mmhost_queue_duration_seconds_sum":
                 s.queue_s += v
             elif x.name == "mmhost_requests_shed_total":

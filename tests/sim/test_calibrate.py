@@ -74,7 +74,22 @@ def test_no_hostd_no_config_and_a_router_page_is_told_apart():
     text = ("# TYPE mmhost_router_forward_seconds histogram\n"
             'mmhost_router_forward_seconds_bucket{le="+Inf"} 4.0\n'
             "mmhost_router_forward_seconds_count 4.0\nmmhost_router_forward_seconds_sum 0.2\n")
-    assert parse_router_metrics(text) == RouterScrape(0.2, 4.0)
+    assert parse_router_metrics(text) == RouterScrape(0.2, 4.0, {float("inf"): 4.0})
+
+
+def test_overhead_outside_hostd_is_a_difference_of_medians_when_buckets_exist():
+    from sim.calibrate import overhead_s, quantile_from_buckets
+
+    inf = float("inf")
+    assert quantile_from_buckets({0.01: 0.0, 0.02: 10.0, inf: 10.0}, 0.5) == pytest.approx(0.015)
+    assert quantile_from_buckets({0.01: 5.0, inf: 10.0}, 0.9) == 0.01  # in the +Inf bucket: the last bound
+    # the router: 100 requests, half under 20 ms (its median 20 ms); hostd: median 5 ms. A few very slow
+    # requests pull the router's mean to 110 ms, but the overhead of a typical request stays 15 ms
+    router = [RouterScrape(), RouterScrape(11.0, 100.0, {0.01: 0.0, 0.02: 50.0, 1.0: 90.0, inf: 100.0})]
+    host = [HostdScrape(), HostdScrape(requests=100.0, request_s=1.0, buckets={0.0: 0.0, 0.01: 100.0, inf: 100.0})]
+    assert overhead_s([host], [router]) == pytest.approx(0.015)
+    no_buckets = [RouterScrape(), RouterScrape(11.0, 100.0)]
+    assert overhead_s([[HostdScrape(), HostdScrape(requests=100.0, request_s=1.0)]], [no_buckets]) == pytest.approx(0.1)
 
 
 def test_staged_samples_fit_the_two_stages_apart():
@@ -104,3 +119,45 @@ def test_the_locked_stage_spread_from_histogram_buckets_has_mean_one():
     assert np.mean(draws) == pytest.approx(1.0, rel=1e-3)
     assert cm.locked_multiplier(0.5) == pytest.approx(0.05 / mean) and CostModel().locked_multiplier(0.7) == 1.0
     assert spread_from_buckets({0.1: 0.0, float("inf"): 0.0}) == []
+
+
+def test_streaks_of_slow_loads_from_the_per_interval_means():
+    from sim.calibrate import spread_variance, streak_correlation
+
+    d, mu = 0.5, 0.04  # each load's locked stage: mu x (1 - d) or mu x (1 + d), equally likely
+    assert spread_variance([[1 - d, 0.0], [1 - d, 0.5], [1 + d, 0.5], [1 + d, 1.0]]) == pytest.approx(d * d)
+
+    def series(per_interval: list[list[float]]) -> list[HostdScrape]:
+        out, n, total = [HostdScrape()], 0.0, 0.0
+        for loads in per_interval:
+            n, total = n + len(loads), total + sum(loads)
+            out.append(HostdScrape(path={"locked": total, "locked_count": n}))
+        return out
+
+    together = [[mu * (1 + d)] * 4, [mu * (1 - d)] * 4] * 5  # every interval's loads slow or fast together
+    assert streak_correlation([series(together)], d * d) == pytest.approx(1.0)
+    mixed = [[mu * (1 + d), mu * (1 - d)] * 2] * 10  # each interval's mean is the overall mean
+    assert streak_correlation([series(mixed)], d * d) == 0.0
+    assert streak_correlation([series([[mu]] * 10)], d * d) == 0.0  # one load per interval: nothing to tell
+
+
+def test_a_window_shares_its_draw_when_streaks_are_calibrated():
+    from dataclasses import replace
+
+    from sim.cluster import Cluster, ClusterConfig
+    from sim.costs import CostModel
+    from tests.sim.conftest import make_workload
+
+    wl = make_workload(["a", "b", "c"], {"a": 1, "b": 1, "c": 1})
+    wl.ts[:] = [0.0, 0.1, 20.0]
+    cm = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                   locked_spread=((0.5, 0.0), (1.5, 1.0)), locked_window_s=10.0)
+    cfg = ClusterConfig(device_bytes=10, load_workers=4, seed=3)
+    own = Cluster(wl, cfg, cm)
+    own.run()
+    a, b, c = own.load_waits["locked"]
+    assert len({a, b, c}) == 3 and all(0.5 <= x <= 1.5 for x in (a, b, c))
+    shared = Cluster(wl, cfg, replace(cm, locked_corr=1.0))
+    shared.run()
+    a, b, c = shared.load_waits["locked"]
+    assert a == b != c  # a and b in the window [0, 10), c in [20, 30)

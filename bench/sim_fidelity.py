@@ -1,24 +1,32 @@
-"""The simulator checked against the real system on the same trace (target: hit rate within 3 points, p99
-within 25%).
+"""The simulator checked against the real system on the same traces. Targets: hit rate within 3 points,
+p99 within 25%, shed rate within 2 points, on two traces: a Zipf trace (Poisson arrivals) and a bursty trace
+with a noisy tenant (bursts of 3x the base rate; a tenant whose requests spread evenly over its own 30 models).
 
-1. A synthetic workload from sim's generator (fixed seed, Zipf popularity, lognormal sizes) is made real: one
-   ONNX MLP per model, its hidden width chosen so the file has the model's size (a few MB), published to a
-   local store. The hostds get a device budget that forces evictions.
+Per trace:
+1. The synthetic workload (sim/workload.py, fixed seed, lognormal sizes) is made real: one ONNX MLP per model,
+   its hidden width chosen so the file has the model's size (a few MB), published to a local store. Each hostd
+   gets a device budget that forces evictions (a share of all model bytes).
 2. Real run: one router (embedded mode, access log on) and two hostds on CPU. The trace's arrival times are
-   replayed OPEN-LOOP (each request sent at its time, not waiting for earlier answers), at a rate a 2-core
-   machine sustains. Both hostds' /metrics are scraped every 0.5 s.
-3. Calibration from the real system's own measurements: load samples from the scrape-to-scrape differences
-   (loads, bytes, seconds, tier), compute per batch from the compute-time and batch-size histograms, the
-   per-request overhead (router + RPC hops) from a short warm-up before the trace (router forward time minus
-   hostd compute time, both from metrics), sizes = hostd's measured memory per model.
-4. Sim run: the router's access log read back as the trace (record in production, replay in sim), two
-   simulated hosts with the same budget, watermarks, LRU and RAM tier, the router's real placement policy.
+   replayed OPEN-LOOP (each request sent at its time, not waiting for earlier answers). The hostds' /metrics
+   are scraped every 0.5 s, the router's at the start and end.
+3. Calibration: sim/calibrate.py, what `mmhost sim calibrate --from-metrics` runs, on those scrapes (load
+   stages, compute per batch, overhead outside hostd, budgets, slots, load workers); sizes = hostd's measured
+   memory per model.
+4. Sim run: the router's access log read back as the trace, two simulated hosts with the calibrated config:
+   hostd's load path (4 load workers, one deserialize at a time under the loader's lock, evictions closing
+   through the pool), its execution slots, the router's placement policy and its retries on no_capacity.
+   Each load's locked stage and measured size are drawn from the spreads hostd's metrics show, so the sim
+   runs once per seed (--sim-seeds): the median is compared, the p99's range over seeds is printed.
 
-Usage: python bench/sim_fidelity.py [--requests 2400] [--rate 40] [--models 30]"""
+Prints both traces side by side (real, sim, target, held) and where a load's time goes on each side
+(hostd's mmhost_model_load_path_seconds vs the sim's load waits).
+
+Usage: python bench/sim_fidelity.py [--requests 2400] [--rate 40] [--models 30] [--only zipf|bursty]"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import asyncio
 import json
 import os
@@ -35,22 +43,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PLAINTEXT_DEV, ROOT, free_port, stop, wait_serving  # noqa: E402
-from hostd.batch_policy import BatchConfig  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.placement_policy import PlacementConfig  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
-from sim.cluster import ClusterConfig, run_cluster  # noqa: E402
-from sim.costs import calibrate  # noqa: E402
-from sim.fidelity import HostdScrape, batch_samples, load_sample, measured_sizes, parse_hostd_metrics  # noqa: E402
+from sim.calibrate import calibrate_cluster, parse_router_metrics, spread_from_buckets  # noqa: E402
+from sim.cluster import Cluster  # noqa: E402
+from sim.config import SimConfig  # noqa: E402
+from sim.fidelity import HostdScrape, measured_sizes, parse_hostd_metrics  # noqa: E402
 from sim.placement import RouterPlacement  # noqa: E402
 from sim.trace import read_trace  # noqa: E402
-from sim.workload import SyntheticConfig, generate  # noqa: E402
+from sim.workload import SyntheticConfig, Workload, generate  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
 from catalog.publish import publish_version  # noqa: E402
 from catalog.repository import ModelRepository  # noqa: E402
 
 IN_DIM, OUT_DIM = 256, 10
-HIGH, LOW = 0.95, 0.85  # hostd's default watermarks
+STAGES = ("evict", "pool_wait", "lock_wait", "locked", "total")  # hostd's load-path stages
 
 
 def hidden_for(size: int) -> int:
@@ -85,7 +93,9 @@ class Scraper(threading.Thread):
 
     def once(self) -> None:
         for i, p in enumerate(self.ports):
-            self.scrapes[i].append(parse_hostd_metrics(scrape(p)))
+            s = parse_hostd_metrics(scrape(p))
+            s.at = time.monotonic()
+            self.scrapes[i].append(s)
 
     def run(self) -> None:
         while not self._done.wait(self.every):
@@ -159,158 +169,205 @@ def pct(v: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(v) * 1e3, q)) if v else float("nan")
 
 
+def real_run(wl: Workload, a: argparse.Namespace, t: Path) -> dict:
+    """The trace through router + 2 hostds; returns what the comparison needs."""
+    repo = ModelRepository(LocalStorage(t / "store"))
+    file_bytes: dict[str, int] = {}
+    for i, spec in enumerate(wl.models):
+        tenant, model, version = spec.key.split("/")
+        f = t / "build" / f"{model}.onnx"
+        build_onnx_mlp(f, (IN_DIM, hidden_for(spec.size), hidden_for(spec.size), OUT_DIM), seed=i)
+        publish_version(repo, onnx_manifest(tenant, model, version, f, "model.onnx"), {"model.onnx": f})
+        file_bytes[spec.key] = f.stat().st_size
+    f = t / "build" / "warm.onnx"  # the warm-up model, its own tenant: not in the trace
+    build_onnx_mlp(f, (IN_DIM, 64, OUT_DIM))
+    publish_version(repo, onnx_manifest("warm", "w", "1", f, "model.onnx"), {"model.onnx": f})
+    tenants = FileTenants(t / "tenants.json")
+    keys = {name: tenants.create(name) for name in [*wl.tenants, "warm"]}
+    total = sum(file_bytes.values())
+    budget = int(total * a.cache_fraction)
+    hostds, addrs, mports = [], [], []
+    for _ in range(2):
+        port, mport = free_port(), free_port()
+        addr = f"127.0.0.1:{port}"
+        hostds.append(spawn(["hostd", "--listen", addr, "--store", str(t / "store"), "--metrics-port", str(mport),
+                             "--cache-dir", str(t / f"cache-{port}"), "--ort-threads", "1", "--lazy",
+                             "--device-memory", str(budget), "--default-tenant", "warm", "--log-level", "WARNING"],
+                            t / f"hostd-{port}.log"))
+        addrs.append(addr)
+        mports.append(mport)
+    rport, rmport = free_port(), free_port()
+    raddr = f"127.0.0.1:{rport}"
+    access = t / "access.jsonl"
+    router = spawn(["router", "--listen", raddr, "--hosts", ",".join(addrs), "--tenants", str(t / "tenants.json"),
+                    "--store", str(t / "store"), "--metrics-port", str(rmport), "--access-log", str(access),
+                    "--log-level", "WARNING"], t / "router.log")
+    x = np.random.default_rng(0).random((1, IN_DIM), dtype=np.float32)
+    try:
+        for p, addr in zip(hostds, addrs, strict=True):
+            wait_serving(addr, p)
+        wait_serving(raddr, router)
+        time.sleep(1.0)  # the router's first view of both hosts (refresh every 0.5 s)
+        asyncio.run(warmup(raddr, "warm/w/1", keys["warm"], x, 20))
+        scraper = Scraper(mports)
+        scraper.once()
+        r0 = parse_router_metrics(scrape(rmport))
+        scraper.start()
+        t_run = time.perf_counter()
+        lat, errors = asyncio.run(replay(raddr, wl, keys, x))
+        run_s = time.perf_counter() - t_run
+        scraper.finish()
+        r1 = parse_router_metrics(scrape(rmport))
+    finally:
+        stop(router)
+        for p in hostds:
+            stop(p)
+    series = scraper.scrapes
+    sizes = {k: v for k, v in measured_sizes(s for host in series for s in host).items() if k in file_bytes}
+    ratio = float(np.median([sizes[k] / file_bytes[k] for k in file_bytes if sizes.get(k)] or [1.0]))
+    for k in file_bytes:
+        sizes.setdefault(k, int(file_bytes[k] * ratio))
+    loads = sum(sum(h[-1].loads.values()) - sum(h[0].loads.values()) for h in series)
+    path = {st: sum(h[-1].path.get(st, 0.0) - h[0].path.get(st, 0.0) for h in series) / max(loads, 1) for st in STAGES}
+    recs = [json.loads(line) for line in access.read_text().splitlines() if line.strip()]
+    recs = [r for r in recs if r["tenant"] != "warm"]
+    tb: dict[float, float] = {}
+    for h in series:
+        for le, c in h[-1].total_buckets.items():
+            tb[le] = tb.get(le, 0.0) + c - h[0].total_buckets.get(le, 0.0)
+    spread = spread_from_buckets(tb)  # load totals / their mean, as an inverse CDF
+    path["total p90"], path["total p99"] = (float(np.interp(q, [p for _, p in spread], [x for x, _ in spread]))
+                                            * path["total"] for q in (0.9, 0.99))
+    evictions = {k: sum(getattr(h[-1], a) - getattr(h[0], a) for h in series)
+                 for k, a in (("capacity", "evictions"), ("watermark", "watermark_evictions"))}
+    cfg = calibrate_cluster(series, [[r0, r1]], sizes)
+    if a.keep:
+        d = a.keep / a.trace_name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "access.jsonl").write_text(access.read_text())
+        (d / "sizes.json").write_text(json.dumps(sizes))
+        (d / "sim-config.json").write_text(json.dumps(cfg, indent=1))
+    return {"recs": recs, "sizes": sizes, "cfg": cfg, "loads": loads, "path": path, "run_s": run_s,
+            "errors": errors, "total": total, "evictions": evictions, "budget": budget, "file_bytes": file_bytes}
+
+
+def sim_once(real: dict, twl: Workload, seed: int) -> tuple[dict, Cluster, RouterPlacement]:
+    cfg = SimConfig.model_validate(real["cfg"])
+    hook = RouterPlacement(PlacementConfig(), seed=seed)
+    cl = replace(cfg.cluster("lru", cfg.cache_bytes or real["budget"]), seed=seed)
+    cluster = Cluster(twl, cl, cfg.cost_model(), placement=hook)
+    res = cluster.run().total
+    return {"hit": 1 - res.loads / max(res.requests, 1), "p50": pct(res.latencies, 50), "p99": pct(res.latencies, 99),
+            "shed": res.shed / max(res.requests, 1), "loads": res.loads,
+            "path": {**{k: float(np.mean(v)) if v else float("nan") for k, v in cluster.load_waits.items()},
+                     "total p90": pct(cluster.load_waits["total"], 90) / 1e3,
+                     "total p99": pct(cluster.load_waits["total"], 99) / 1e3}}, cluster, hook
+
+
+def sim_run(real: dict, seeds: int, t: Path) -> tuple[dict, Cluster, RouterPlacement]:
+    """The router's access log replayed through the sim, configured as `mmhost sim calibrate` would, once per
+    seed (the draws of load times and sizes, the placement's): the median of each figure, and the p99's range."""
+    trace = t / "trace.jsonl"
+    trace.write_text("".join(json.dumps({k: r[k] for k in ("ts", "tenant", "model", "version")}) + "\n"
+                             for r in real["recs"]))
+    twl = read_trace(trace, sizes=real["sizes"])
+    runs = [sim_once(real, twl, s)[0] for s in range(seeds)]
+    out = {k: float(np.median([r[k] for r in runs])) for k in ("hit", "p50", "p99", "shed", "loads")}
+    out["path"] = {k: float(np.median([r["path"][k] for r in runs])) for k in runs[0]["path"]}
+    out["p99 range"] = (min(r["p99"] for r in runs), max(r["p99"] for r in runs))
+    _, cluster, hook = sim_once(real, twl, 0)
+    return out, cluster, hook
+
+
+def compare(name: str, wl: Workload, a: argparse.Namespace) -> dict:
+    a.trace_name = name
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        real = real_run(wl, a, t)
+        sim, cluster, hook = sim_run(real, a.sim_seeds, t)
+    recs = real["recs"]
+    n = len(recs)
+    ok = [r["total_ms"] for r in recs if r["status"] == "OK"]
+    out = {"name": name, "n": n, "real": {"hit": 1 - real["loads"] / max(n, 1), "p50": float(np.percentile(ok, 50)),
+                                          "p99": float(np.percentile(ok, 99)), "shed": (n - len(ok)) / max(n, 1),
+                                          "loads": real["loads"], "path": real["path"]}, "sim": sim}
+    c = real["cfg"]["costs"]
+    fb = real["file_bytes"]
+    print(f"[{name}] {n} requests over {len(wl.models)} models ({real['total'] / 1e6:.0f} MB of ONNX files, "
+          f"{min(fb.values()) / 1e6:.1f}-{max(fb.values()) / 1e6:.1f} MB each), replayed open-loop in "
+          f"{real['run_s']:.0f}s; device budget {real['budget'] / 1e6:.1f} MB per hostd ({a.cache_fraction:.0%} of all "
+          f"files); client errors {real['errors']}; evictions real {real['evictions']}, sim (seed 0) "
+          f"{cluster.evictions}; sim placements {hook.decisions}, sim shed {cluster.shed_reasons}")
+    print(f"[{name}] calibrated: locked stage {c.get('load_fixed_s', 0) * 1e3:.1f} ms + "
+          f"{c.get('locked_s_per_byte', 0) * 1e9:.1f} ms/MB, first stage (storage) "
+          f"{c.get('load_s_per_byte', {}).get('storage', 0) * 1e9:.1f} ms/MB, overhead outside hostd "
+          f"{c['request_overhead_s'] * 1e3:.1f} ms, close {c.get('unload_s', 0) * 1e3:.1f} ms, locked-stage spread "
+          f"p50/p90/p99 x{np.interp([0.5, 0.9, 0.99], *zip(*[(p, x) for x, p in c.get('locked_spread', [[1, 0], [1, 1]])], strict=True))}, "
+          f"streaks {c.get('locked_corr', 0):.2f} over {c.get('locked_window_s', 0):.1f}s, slots {real['cfg'].get('slots')}, "
+          f"load workers {real['cfg']['load_workers']}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2400)
     ap.add_argument("--models", type=int, default=30)
-    ap.add_argument("--rate", type=float, default=40.0, help="mean arrivals per second (Poisson)")
+    ap.add_argument("--rate", type=float, default=40.0, help="Zipf trace: mean arrivals per second (Poisson)")
     ap.add_argument("--zipf", type=float, default=0.9)
     ap.add_argument("--cache-fraction", type=float, default=0.4, help="each hostd's budget, share of all bytes")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--keep", type=Path, help="copy the access log and the calibration input here")
+    ap.add_argument("--only", choices=["zipf", "bursty"], help="run one trace")
+    ap.add_argument("--sim-seeds", type=int, default=9, help="sim runs per trace (median reported)")
+    ap.add_argument("--keep", type=Path, help="copy each trace's access log, sizes and sim config here")
     a = ap.parse_args()
     t_bench = time.perf_counter()
-    wl = generate(SyntheticConfig(models=a.models, requests=a.requests, tenants=2, size_median=2.5e6, size_sigma=0.6,
-                                  size_min=600_000, size_max=8_000_000, zipf=a.zipf, rate=a.rate, seed=a.seed))
-    with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        repo = ModelRepository(LocalStorage(t / "store"))
-        file_bytes: dict[str, int] = {}
-        for i, spec in enumerate(wl.models):
-            tenant, model, version = spec.key.split("/")
-            f = t / "build" / f"{model}.onnx"
-            build_onnx_mlp(f, (IN_DIM, hidden_for(spec.size), hidden_for(spec.size), OUT_DIM), seed=i)
-            publish_version(repo, onnx_manifest(tenant, model, version, f, "model.onnx"), {"model.onnx": f})
-            file_bytes[spec.key] = f.stat().st_size
-        # the warm-up model, its own tenant: not in the trace
-        f = t / "build" / "warm.onnx"
-        build_onnx_mlp(f, (IN_DIM, 64, OUT_DIM))
-        publish_version(repo, onnx_manifest("warm", "w", "1", f, "model.onnx"), {"model.onnx": f})
-        tenants = FileTenants(t / "tenants.json")
-        keys = {name: tenants.create(name) for name in [*wl.tenants, "warm"]}
-        total = sum(file_bytes.values())
-        budget = int(total * a.cache_fraction)
-
-        hostds, addrs, mports = [], [], []
-        for _ in range(2):
-            port, mport = free_port(), free_port()
-            addr = f"127.0.0.1:{port}"
-            hostds.append(spawn(["hostd", "--listen", addr, "--store", str(t / "store"), "--metrics-port", str(mport),
-                                 "--cache-dir", str(t / f"cache-{port}"), "--ort-threads", "1", "--lazy",
-                                 "--device-memory", str(budget), "--default-tenant", "warm", "--log-level", "WARNING"],
-                                t / f"hostd-{port}.log"))
-            addrs.append(addr)
-            mports.append(mport)
-        rport, rmport = free_port(), free_port()
-        raddr = f"127.0.0.1:{rport}"
-        access = t / "access.jsonl"
-        router = spawn(["router", "--listen", raddr, "--hosts", ",".join(addrs), "--tenants", str(t / "tenants.json"),
-                        "--store", str(t / "store"), "--metrics-port", str(rmport), "--access-log", str(access),
-                        "--log-level", "WARNING"], t / "router.log")
-        x = np.random.default_rng(0).random((1, IN_DIM), dtype=np.float32)
-        try:
-            for p, addr in zip(hostds, addrs, strict=True):
-                wait_serving(addr, p)
-            wait_serving(raddr, router)
-            time.sleep(1.0)  # the router's first view of both hosts (refresh every 0.5 s)
-            # warm-up: the fixed per-request cost outside the model, from router and hostd metrics
-            asyncio.run(warmup(raddr, "warm/w/1", keys["warm"], x, 20))
-            r0, h0 = scrape(rmport), [scrape(p) for p in mports]
-            asyncio.run(warmup(raddr, "warm/w/1", keys["warm"], x, 200))
-            r1, h1 = scrape(rmport), [scrape(p) for p in mports]
-            fwd = (metric(r1, "mmhost_router_forward_seconds_sum") - metric(r0, "mmhost_router_forward_seconds_sum")) / \
-                  (metric(r1, "mmhost_router_forward_seconds_count") - metric(r0, "mmhost_router_forward_seconds_count"))
-            csum = sum(metric(b, "mmhost_compute_duration_seconds_sum") - metric(a_, "mmhost_compute_duration_seconds_sum")
-                       for a_, b in zip(h0, h1, strict=True))
-            ccount = sum(metric(b, "mmhost_compute_duration_seconds_count") - metric(a_, "mmhost_compute_duration_seconds_count")
-                         for a_, b in zip(h0, h1, strict=True))
-            overhead = max(0.0, fwd - csum / ccount)
-
-            scraper = Scraper(mports)
-            scraper.once()
-            base = [s[-1] for s in scraper.scrapes]
-            scraper.start()
-            t_run = time.perf_counter()
-            lat, errors = asyncio.run(replay(raddr, wl, keys, x))
-            run_s = time.perf_counter() - t_run
-            scraper.finish()
-            real_loads = sum(sum(s[-1].loads.values()) - sum(b.loads.values()) for s, b in zip(scraper.scrapes, base, strict=True))
-            ram_disk = [s[-1].tiers for s in scraper.scrapes]
-        finally:
-            stop(router)
-            for p in hostds:
-                stop(p)
-        # -- calibration from what the real run measured --------------------------------------------------
-        sizes = {k: v for k, v in measured_sizes(s for host in scraper.scrapes for s in host).items() if k in file_bytes}
-        sizes["warm/w/1"] = 0
-        ratio = float(np.median([sizes[k] / file_bytes[k] for k in file_bytes if sizes.get(k)] or [1.0]))
-        unseen = [k for k in file_bytes if not sizes.get(k)]
-        for k in unseen:
-            sizes[k] = int(file_bytes[k] * ratio)
-        loads = [smp for host in scraper.scrapes for prev, cur in zip(host, host[1:], strict=False)
-                 if (smp := load_sample(prev, cur, sizes)) is not None]
-        all_scrapes = [host[-1] for host in scraper.scrapes]
-        batches = batch_samples(all_scrapes)
-        cal = {"loads": loads, "batches": batches, "request_overhead_s": overhead}
-        costs = calibrate(cal)
-        if a.keep:
-            a.keep.mkdir(parents=True, exist_ok=True)
-            (a.keep / "calibration.json").write_text(json.dumps(cal, indent=1))
-            (a.keep / "access.jsonl").write_text(access.read_text())
-            (a.keep / "sizes.json").write_text(json.dumps(sizes))
-        # -- the real run, from its access log; the sim, replaying that log -----------------------------------
-        recs = [json.loads(line) for line in access.read_text().splitlines() if line.strip()]
-        recs = [r for r in recs if r["tenant"] != "warm"]
-        ok = [r["total_ms"] for r in recs if r["status"] == "OK"]
-        trace = t / "trace.jsonl"
-        trace.write_text("".join(json.dumps(r) + "\n" for r in recs))
-        twl = read_trace(trace, sizes=sizes)
-        hook = RouterPlacement(PlacementConfig(), seed=a.seed)
-        cfg = ClusterConfig(hosts=2, device_bytes=budget, policy="lru", high=HIGH, low=LOW,
-                            batch=BatchConfig(max_batch_size=32, max_queue_delay=0.0), executors_per_model=1,
-                            host_ram_bytes=2 << 30,
-                            # hostd's execution slots (its default: one per CPU), on the shared host core
-                            slots=max(1, os.cpu_count() or 1))
-        sim = run_cluster(twl, cfg, costs, placement=hook).total
-    n = len(recs)
-    real_hit = 1 - real_loads / max(n, 1)
-    sim_hit = 1 - sim.loads / max(sim.requests, 1)  # the same definition on both sides: 1 - loads/requests
-    real_p50, real_p99 = float(np.percentile(ok, 50)), float(np.percentile(ok, 99))
-    sim_p50, sim_p99 = pct(sim.latencies, 50), pct(sim.latencies, 99)
-    tiers = {k: int(sum(t_.get(k, 0) for t_ in ram_disk)) for k in ("host_ram", "disk", "storage")}
-    print(f"trace: {n} requests over {len(wl.models)} models ({total / 1e6:.0f} MB of ONNX files, "
-          f"{min(file_bytes.values()) / 1e6:.1f}-{max(file_bytes.values()) / 1e6:.1f} MB each), Zipf {a.zipf}, "
-          f"Poisson {a.rate:.0f}/s replayed open-loop in {run_s:.0f}s; 2 hostds, device budget "
-          f"{budget / 1e6:.1f} MB each ({a.cache_fraction:.0%} of all files), LRU, watermarks {HIGH}/{LOW}; "
-          f"{os.cpu_count()} CPUs")
-    print(f"calibration: {len(loads)} load samples -> fixed {costs.load_fixed_s * 1e3:.1f} ms + per MB "
-          + ", ".join(f"{k} {v * 1e9:.1f} ms" for k, v in costs.load_s_per_byte.items() if any(s['tier'] == k for s in loads))
-          + f"; compute per batch (mean over models) {np.mean([b['seconds'] for b in batches]) * 1e3:.2f} ms at "
-          f"{np.mean([b['size'] for b in batches]):.2f} rows; request overhead {overhead * 1e3:.2f} ms; measured "
-          f"memory / file size {ratio:.2f} (median; {len(unseen)} models never seen resident)")
-    print(f"real loads by source: {tiers}; errors {errors}; sim placements {hook.decisions}, "
-          f"copies {hook.replications}; sim shed {sim.shed}")
+    common = dict(models=a.models, requests=a.requests, tenants=2, size_median=2.5e6, size_sigma=0.6,
+                  size_min=600_000, size_max=8_000_000, zipf=a.zipf, seed=a.seed)
+    traces = {
+        "zipf": SyntheticConfig(**common, rate=a.rate),
+        # bursts of 3x the base rate for 5 s, one period in 4; a noisy tenant: 25% of requests, uniform over
+        # its own 30 models (the scan that floods the load path)
+        "bursty": SyntheticConfig(**common, rate=a.rate * 0.6, arrivals="bursty", burst_factor=3.0, burst_prob=0.25,
+                                  burst_period_s=5.0, noisy_models=a.models, noisy_share=0.25),
+    }
+    results = [compare(name, generate(cfg), a) for name, cfg in traces.items() if a.only in (None, name)]
     print()
-    print(f"{'':12} {'real':>9} {'sim':>9} {'sim/real':>9}")
-    rows = [("hit rate", real_hit * 100, sim_hit * 100, "%"), ("loads", real_loads, sim.loads, ""),
-            ("p50 ms", real_p50, sim_p50, ""), ("p99 ms", real_p99, sim_p99, "")]
-    for name, r, s_, _unit in rows:
-        print(f"{name:12} {r:9.2f} {s_:9.2f} {s_ / r if r else float('nan'):8.2f}x")
-    print(f"hit rate gap {abs(sim_hit - real_hit) * 100:.1f} points (target <= 3); p99 off by "
-          f"{abs(sim_p99 / real_p99 - 1) * 100:.0f}% (target <= 25%); bench took {time.perf_counter() - t_bench:.0f}s")
+    head = f"{'':16}" + "".join(f"{r['name'] + ' real':>12}{'sim':>9}" for r in results) + f"{'target':>12}"
+    print(head)
+    rows = [("hit rate %", "hit", 100, "<= 3 points"), ("p50 ms", "p50", 1, ""), ("p99 ms", "p99", 1, "<= 25%"),
+            ("shed rate %", "shed", 100, "<= 2 points"), ("loads", "loads", 1, "")]
+    for label, k, mul, target in rows:
+        print(f"{label:16}" + "".join(f"{r['real'][k] * mul:12.1f}{r['sim'][k] * mul:9.1f}" for r in results)
+              + f"{target:>12}")
+    print(f"{'sim p99 range':16}" + "".join(f"{'':12}{r['sim']['p99 range'][0]:4.0f}-{r['sim']['p99 range'][1]:<4.0f}"
+                                            for r in results) + f"{'(seeds)':>12}")
+    for st in (*STAGES, "total p90", "total p99"):
+        cells = "".join(f"{r['real']['path'][st] * 1e3:12.1f}{r['sim']['path'].get(st, float('nan')) * 1e3:9.1f}"
+                        for r in results)
+        print(f"{'load ' + st + ' ms':16}{cells}{'' if ' ' in st else '(mean)':>12}")
+    print()
+    held_all = True
+    for r in results:
+        re, si = r["real"], r["sim"]
+        checks = [("hit rate", abs(si["hit"] - re["hit"]) * 100, 3.0, "points"),
+                  ("p99", abs(si["p99"] / re["p99"] - 1) * 100, 25.0, "%"),
+                  ("shed rate", abs(si["shed"] - re["shed"]) * 100, 2.0, "points")]
+        parts = []
+        for what, gap, limit, unit in checks:
+            held = gap <= limit
+            held_all &= held
+            parts.append(f"{what} off by {gap:.1f} {unit} (<= {limit:g}): {'yes' if held else 'NO'}")
+        print(f"{r['name']:>7}: " + "; ".join(parts))
     print("""
-what explains the differences (see the bench's docstring for the method):
-- hit rate is set by the sizes the sim charges against the budget. hostd charges each load's measured memory
-  (an RSS delta on CPU, noisy from load to load); the sim gets one size per model (the median reading seen
-  in the scrapes). Taking the max reading instead cost about 11 points in one run: the bytes are the lever.
-- the sim's view of the hosts is current; the real router's is refreshed every 0.5 s, so some of its
-  placements land on a host that just evicted the model (an extra load the sim does not make).
-- p99 here is a request that waits on a load. The sim charges the load phases hostd times (fetch, verify,
-  read, deserialize, warm-up); the real wait also holds the reservation and eviction (unloads awaited), the
-  load thread pool's queue, and 2 CPUs shared by client, router and both hostds, where a deserialize slows
-  every request in flight. None of that contention is in the cost model, so the sim's p99 is low.
-- p50: the sim adds a per-request overhead measured at concurrency 1 on an idle system; under this load
-  the RPC path costs more (CPU contention), so the sim's p50 is low as well.""")
+reading it: p99 here is a request that waited on one of the slowest loads. On a shared 2-core box the locked
+stage (deserialize + warm-up) of a load varies tenfold (the spread the calibration prints); a p99 over ~2400
+requests rests on a handful of those loads, so it moves from run to run on both sides: the sim's range over
+seeds shows how far. Slow loads also come in streaks (other processes on the box): the sim shares a draw
+within a window as often as the per-interval means say (streaks). The mean load stages above are the
+like-for-like check of the load path; the real total also holds what no stage times (the thread-to-event-loop
+handoff, the GIL under a deserialize), which the sim leaves out.""")
+    print(f"all targets held: {'yes' if held_all else 'NO'}; bench took {time.perf_counter() - t_bench:.0f}s on "
+          f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ class LoadResult:
     source_tier: str  # "ram", "disk" or "storage": where the bytes came from
     timings: dict[str, float] = field(default_factory=dict)
     saved_graph: bool | None = None  # loaded from the graph cache; None: the runtime has none
+    # seconds outside the phases: "lock_wait" (for the loader's lock: one deserialize at a time per host) and
+    # "locked" (holding it: deserialize, warm-up and the memory probes around them)
+    waits: dict[str, float] = field(default_factory=dict)
 
 
 def warmup_inputs(m: ModelManifest) -> dict[str, np.ndarray]:
@@ -441,7 +444,9 @@ class Loader:
         try:
             prepare_runtime(m.format, self.device)
             cpu = isinstance(self.probe, CpuProbe)
+            t_ask = time.perf_counter()
             with self._lock:
+                t_got = time.perf_counter()
                 if cpu:
                     release_free_memory()
                 before = self.probe.used()
@@ -478,6 +483,7 @@ class Loader:
                 if cpu:
                     release_free_memory()  # drop the load's temporaries so only what stays is counted
                 after = self.probe.used()
+                t_out = time.perf_counter()
         finally:
             if pieces is not None:  # the disk tier's copy of verified bytes, once the load is done with the cores
                 self._write_later(m, pieces)
@@ -492,4 +498,5 @@ class Loader:
         saved = None if gid is None else isinstance(source, GraphSource) and source.optimized
         if gid is not None and not saved:
             self._save_graph_later(m)  # after the write (one background thread, in order)
-        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings, saved)
+        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings, saved,
+                          {"lock_wait": t_got - t_ask, "locked": t_out - t_got})

@@ -172,11 +172,18 @@ class ModelManager:
     async def _load(self, e: ModelEntry) -> None:
         m = e.manifest
         estimate = e.last_memory_bytes or m.total_bytes
+        t0 = self._clock()
+        started: list[float] = []
+
+        def load(progress: LoadProgress) -> LoadResult:
+            started.append(self._clock())
+            return self.loader.load(m, progress)
+
         try:
             await self.evictor.make_room(e)
+            t1 = self._clock()
             e.load_progress = LoadProgress(self._clock)
-            res = await asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.load, m,
-                                                                   e.load_progress)
+            res = await asyncio.get_running_loop().run_in_executor(self._load_pool, load, e.load_progress)
         except Unavailable as err:
             if err.reason == "no_capacity":
                 if e.state is ModelState.LOADING:  # (a refused reservation is ABSENT already)
@@ -191,6 +198,8 @@ class ModelManager:
             e.load_task = None
             e.load_progress = None
         self._loaded(e, res)
+        self._metrics.load_path({"evict": t1 - t0, "pool_wait": started[0] - t1, **res.waits,
+                                 "total": self._clock() - t0})
         if res.source_tier != "ram" and self.loader.ram is not None:
             fill = asyncio.get_running_loop().run_in_executor(self._load_pool, self.loader.remember, m)
             fill.add_done_callback(lambda f: f.cancelled() or f.exception() and log.warning("RAM tier fill: %s", f.exception()))

@@ -48,6 +48,17 @@ class HostdMetrics:
             "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, prepare, deserialize, warmup)",
             ["phase"], buckets=_LOAD, registry=r,
         )
+        self.load_path = Histogram(
+            "mmhost_model_load_path_seconds", "Where a load's time goes beyond its phases, by stage: evict (room made, "
+            "victims unloaded), pool_wait (queued for a load worker), lock_wait (for the loader's lock: one deserialize "
+            "at a time), locked (deserialize, warm-up and memory probes under it), total (load started to READY)",
+            ["stage"], buckets=_LOAD, registry=r,
+        )
+        self.execution_slots = Gauge("mmhost_execution_slots", "Batches that may run at once on this host", registry=r)
+        self.load_workers = Gauge(
+            "mmhost_load_workers", "Load threads: loads, unloads and RAM-tier fills running at once (the rest queue)",
+            registry=r,
+        )
         self.models_resident = Gauge("mmhost_models_resident", "Models READY on this host", registry=r)
         self.model_memory = Gauge(
             "mmhost_model_memory_bytes", "Measured device memory per resident model", ["tenant", "model", "version"],

@@ -44,6 +44,10 @@ class ModelMetrics:
         self.m.loads.labels(m.tenant, m.model, "success").inc()
         self.m.model_memory.labels(m.tenant, m.model, m.version).set(memory_bytes)
 
+    def load_path(self, stages: dict[str, float]) -> None:
+        for stage, secs in stages.items():
+            self.m.load_path.labels(stage).observe(secs)
+
     def failed(self, m: ModelManifest) -> None:
         self.m.loads.labels(m.tenant, m.model, "failure").inc()
 

@@ -50,6 +50,7 @@ from catalog.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
+LOAD_WORKERS = 4  # load threads: loads, unloads and RAM-tier fills at once (the simulator models the same pool)
 
 
 def pick_device(settings: HostdSettings) -> DeviceSpec:
@@ -89,7 +90,8 @@ class Hostd:
         # model threads below the event loop (compute_nice); ORT's own pool threads inherit the loader's value
         nice = (lambda: lower_thread_priority(settings.compute_nice)) if settings.compute_nice else None
         self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec", initializer=nice)
-        self.load_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="load", initializer=nice)
+        self.load_pool = ThreadPoolExecutor(max_workers=LOAD_WORKERS, thread_name_prefix="load", initializer=nice)
+        self.metrics.load_workers.set(LOAD_WORKERS)
         self.budget = parse_bytes(settings.device_memory, self.probe.total())
         ram_budget = parse_bytes(settings.ram_cache_bytes, psutil.virtual_memory().total)
         self.ram = RamTier(ram_budget) if ram_budget > 0 else None
@@ -108,6 +110,7 @@ class Hostd:
         plan = execution_plan(settings, self.device.kind)
         if plan.note:
             log.warning("execution: %s", plan.note)
+        self.metrics.execution_slots.set(plan.slots)
         self.gate = ExecutionGate(
             plan.slots, self.tenants.weight,
             on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),

@@ -46,7 +46,7 @@ def _register() -> None:
     import importlib
 
     for mod in ("mmhost.cli_hostd", "mmhost.cli_demo", "mmhost.cli_store", "mmhost.cli_sim", "mmhost.cli_router",
-                "mmhost.cli_top", "mmhost.cli_certs", "mmhost.cli_import"):
+                "mmhost.cli_top", "mmhost.cli_certs", "mmhost.cli_import", "mmhost.cli_sim_calibrate"):
         importlib.import_module(mod).register(app)
 
 

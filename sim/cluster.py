@@ -3,9 +3,19 @@ device cache (byte budget, eviction policy, shares) and each model's lifecycle (
 load with no room is shed), kept together by the core's Residency; each model's queue (batches formed by
 hostd.batch_policy.decide over its executors); and the host's execution slots (fair across tenants,
 hostd.sched_policy: by tenant, then model; one model holds at most all slots but one), tied to the queues by
-the core's Dispatcher. What the simulator adds is only the cost model (sim/costs.py: load and batch times,
-one loader at a time per host; optionally CPU contention, ClusterConfig.cores and threads) and the virtual
-clock (sim/engine.py). Latency = completion - arrival; shed requests never run.
+the core's Dispatcher. What the simulator adds is only the cost model (sim/costs.py: load and batch times;
+optionally CPU contention, ClusterConfig.cores and threads) and the virtual clock (sim/engine.py). Latency =
+completion - arrival (+ the cost model's per-request overhead); shed requests never run.
+
+Loads: with `load_workers` 0 (the default), one load at a time per host, evictions instant. With
+`load_workers` N, hostd's load path (sim/loadpool.py): N load threads take loads, closes of evicted models
+and RAM-tier fills in FIFO order; a load's deserialize and warm-up hold the loader's lock (one per host). A
+load that needs room first closes its victims one after the other through that pool (the eviction wait);
+a victim is UNLOADING until its close ends, and a request for it then waits and loads it again. Waits per
+load are kept in `Cluster.load_waits`. Each load's locked stage may be drawn from a measured spread
+(CostModel.locked_spread, with streaks: locked_corr) and its measured size from `size_spread`; the draws
+come from a generator seeded with `seed`. With `attempts` > 1, a host with no room (every resident busy) or a
+full queue sends the request to another host, as the router retries no_capacity and queue_full.
 
 Hooks (adapters for the router's side):
 - admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
@@ -17,8 +27,11 @@ Hooks (adapters for the router's side):
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from hostd.batch_policy import BatchConfig, Pending
 from hostd.cache.policy import Share
@@ -31,6 +44,7 @@ from hostd.core.slots import ExecutionSlots
 from hostd.sched_policy import FairUnit
 from sim.costs import CostModel
 from sim.engine import EventLoop
+from sim.loadpool import Job, LoadPool, Progress
 from sim.stats import SimResult, TenantStats
 from sim.tiers import Tiers
 from sim.workload import Workload
@@ -61,6 +75,14 @@ class ClusterConfig:
     max_queue: int = 1024
     deadline_s: float = math.inf  # per request, from arrival
     host_ram_bytes: int = 0
+    load_workers: int = 0  # hostd's load threads (4); 0: one load at a time, instant evictions (the old model)
+    attempts: int = 1  # hosts tried per request on no_capacity / queue_full (the router's max_attempts: 3)
+    seed: int = 0  # the draws of the locked stage's spread (sim.costs.CostModel.locked_spread) and of sizes
+    # How a model's measured size varies from load to load (hostd measures each load; on CPU an RSS delta):
+    # (measured / the model's size, cumulative probability). Each load draws its size; the host reserves what
+    # it measured last time (the model's size the first time) and, when the load measured more, evicts down
+    # to the low watermark, as hostd does. Empty: every load measures the model's size.
+    size_spread: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass
@@ -87,8 +109,11 @@ class SimHost:
         self.dispatch = Dispatcher(slots, cost)
         self.running = 0  # batches running (CPU contention)
         self.tiers = Tiers(cfg.host_ram_bytes)
-        self.models: dict[int, HostedModel] = {}  # loading or ready
+        self.models: dict[int, HostedModel] = {}  # loading or ready (or waiting for its own unload to end)
         self.loader_free_at = 0.0
+        self.pool = LoadPool(cfg.load_workers) if cfg.load_workers > 0 else None
+        self.measured: dict[int, int] = {}  # model -> the size its last load measured (size_spread)
+        self.loading_size: dict[int, int] = {}  # model -> the size the load under way will measure
 
     @property
     def slots(self) -> ExecutionSlots:
@@ -135,6 +160,12 @@ class Cluster:
         self._tenant_of = [m.tenant for m in wl.models]
         self._pinned = {i for i, m in enumerate(wl.models) if m.key in cfg.pinned}
         self._arrival: dict[int, float] = {}
+        # per load (pool mode): seconds in each stage of hostd's load path, as its load-path histogram
+        self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
+                                                   "total": []}
+        self._rng = random.Random(cfg.seed)
+        self._window_draw: dict[int, float] = {}
+        self.evictions = {"capacity": 0, "watermark": 0}
 
     def run(self) -> SimResult:
         if self._ts:
@@ -162,22 +193,37 @@ class Cluster:
                 self._shed(tenant, reason)
                 return
         host = self.hosts[self.placement(m, now, self)]
-        hm = host.models.get(m)
-        if hm is not None and host.residency.want(m, now) is Action.SERVE:
+        tried: list[int] = []
+        while True:
+            tried.append(host.index)
+            hm = host.models.get(m)
+            hit = hm is not None and host.residency.want(m, now) is Action.SERVE
+            if hm is None:
+                hm = self._start_load(host, m, now)
+            reason = "unavailable" if hm is None else "queue_full" if hm.queue.full else ""
+            if not reason:
+                break
+            other = self._elsewhere(m, tried) if len(tried) < self.cfg.attempts else None
+            if other is None:
+                st.bytes_missed += size
+                self._shed(tenant, reason)
+                return
+            host = other
+        if hit:
             st.hits += 1
         else:
             st.bytes_missed += size
-            if hm is None:
-                hm = self._start_load(host, m, now)
-                if hm is None:
-                    return
-        if hm.queue.full:
-            self._shed(tenant, "queue_full")
-            return
         self._arrival[seq] = now
         hm.queue.add(Pending(seq, now, deadline=now + self.cfg.deadline_s))
         host.cache.set_busy(m, True)
         self._kick(host, m)
+
+    def _elsewhere(self, m: int, tried: list[int]) -> SimHost | None:
+        """The host a retry goes to: one holding the model, else the one with the most free bytes."""
+        rest = [h for h in self.hosts if h.index not in tried]
+        if not rest:
+            return None
+        return max(rest, key=lambda h: (m in h.models, h.free_bytes, -h.index))
 
     def start_copy(self, host_index: int, m: int, now: float) -> bool:
         """Load model `m` on a host that does not hold it (a placement hook's extra copy of a hot model).
@@ -188,27 +234,113 @@ class Cluster:
         return self._start_load(host, m, now) is not None
 
     def _start_load(self, host: SimHost, m: int, now: float) -> HostedModel | None:
-        spec = self.wl.models[m]
+        """Start loading `m` on the host (or, pool mode, wait for its close to end and load it then); None
+        when the host has no room for it (the model stays ABSENT)."""
         res = host.residency
         if m in self._pinned:
             res.pin(m, True)
-        res.want(m, now)  # ABSENT -> LOADING: this caller starts the load (single flight)
-        plan = res.reserve(m, spec.tenant, spec.size, now)
+        hm = HostedModel(res.life(m), ModelQueue(self.cfg.batch, self.cfg.executors_per_model, self.cfg.max_queue))
+        if res.want(m, now) is Action.WAIT_UNLOAD:  # pool mode: closing; loaded again when the close ends
+            host.models[m] = hm
+            return hm
+        # START_LOAD: ABSENT -> LOADING, this caller starts the load (single flight)
+        return hm if self._reserve(host, m, hm, now) else None
+
+    def _reserve(self, host: SimHost, m: int, hm: HostedModel, now: float) -> bool:
+        spec = self.wl.models[m]
+        estimate = host.measured.get(m, spec.size)
+        plan = host.residency.reserve(m, spec.tenant, estimate, now)
         if not plan.ok:  # back to ABSENT
-            self._shed(spec.tenant, "unavailable")
-            return None
-        self._evict(host, plan.evict)
-        tier = host.tiers.tier_of(m)
-        start = max(now, host.loader_free_at)
-        done = start + self.costs.load_seconds(spec.size, tier)
-        host.loader_free_at = done
+            return False
+        if self.cfg.size_spread:
+            xs, ps = zip(*self.cfg.size_spread, strict=True)
+            host.loading_size[m] = max(1, int(spec.size * float(np.interp(self._rng.random(), ps, xs))))
+        host.models[m] = hm
         st = self.stats[spec.tenant]
         st.loads += 1
-        st.load_s += done - start
+        tier = host.tiers.tier_of(m)
         host.tiers.on_load(m)
-        hm = host.models[m] = HostedModel(res.life(m), ModelQueue(self.cfg.batch, self.cfg.executors_per_model, self.cfg.max_queue))
-        self.loop.schedule(done, self._loaded, host, m)
-        return hm
+        if host.pool is None:
+            self._evict(host, plan.evict)
+            start = max(now, host.loader_free_at)
+            done = start + self.costs.load_seconds(spec.size, tier)
+            host.loader_free_at = done
+            st.load_s += done - start
+            self.loop.schedule(done, self._loaded, host, m)
+            return True
+        self.evictions["capacity"] += len(plan.evict)
+        for k in plan.evict:  # UNLOADING from now; closed one after the other before the load is queued
+            self._begin_unload(host, k)
+        locked = self.costs.locked_seconds(spec.size) * self.costs.locked_multiplier(self._locked_draw(now))
+        load = Job("load", (m, now, tier), self.costs.first_seconds(spec.size, tier), locked)
+        st.load_s += load.first_s + load.locked_s
+        self._close_next(host, list(plan.evict), load, now)
+        return True
+
+    # ---- pool mode: hostd's load path ----------------------------------------------------------------
+    def _locked_draw(self, now: float) -> float:
+        """The uniform draw of a load's locked stage: its window's with probability locked_corr, else its own."""
+        u = self._rng.random()
+        if self.costs.locked_corr > 0 and self._rng.random() < self.costs.locked_corr:
+            w = int(now // self.costs.locked_window_s)
+            if w not in self._window_draw:
+                self._window_draw = {w: self._rng.random()}  # windows only move forward
+            return self._window_draw[w]
+        return u
+
+    def _begin_unload(self, host: SimHost, k: int) -> None:
+        del host.models[k]
+        host.dispatch.remove(k)
+        host.residency.begin_unload(k)
+
+    def _close_next(self, host: SimHost, victims: list[int], load: Job | None, now: float) -> None:
+        """Close the next victim; after the last, queue the load that needed the room (if any)."""
+        assert host.pool is not None
+        if victims:
+            job = Job("close", (victims[0], victims[1:], load), self.costs.unload_s)
+        elif load is None:
+            return
+        else:
+            m, began, _ = load.ref
+            self.load_waits["evict"].append(now - began)
+            job = load
+        self._pool(host, host.pool.submit(job, now))
+
+    def _pool(self, host: SimHost, p: Progress) -> None:
+        for job in p.started:
+            self.loop.after(job.stage_s, self._pool_done, host, job)
+        for job in p.finished:
+            if job.kind == "load":
+                m, began, tier = job.ref
+                self.load_waits["pool_wait"].append(job.pool_wait)
+                self.load_waits["lock_wait"].append(job.lock_wait)
+                self.load_waits["locked"].append(job.locked_s)
+                self.load_waits["total"].append(self.loop.now - began)
+                self._loaded(host, m)
+                if tier != "host_ram" and self.cfg.host_ram_bytes > 0:  # the RAM-tier fill, off the request path
+                    fill = Job("fill", None, self.wl.models[m].size * self.costs.fill_s_per_byte)
+                    self._pool(host, host.pool.submit(fill, self.loop.now))  # type: ignore[union-attr]
+            elif job.kind == "close":
+                self._closed(host, *job.ref)
+
+    def _pool_done(self, host: SimHost, job: Job) -> None:
+        assert host.pool is not None
+        self._pool(host, host.pool.done(job, self.loop.now))
+
+    def _closed(self, host: SimHost, k: int, rest: list[int], load: Job | None) -> None:
+        now = self.loop.now
+        r = host.residency.unloaded(k)
+        assert r is not None
+        host.tiers.on_evict(k, r.size)
+        waiting = host.models.get(k)
+        if waiting is not None and host.residency.want(k, now) is Action.START_LOAD:  # requests came meanwhile
+            if not self._reserve(host, k, waiting, now):
+                del host.models[k]
+                tenant = self._tenant_of[k]
+                for s in waiting.queue.clear():
+                    del self._arrival[s]
+                    self._shed(tenant, "unavailable")
+        self._close_next(host, rest, load, now)
 
     def _evict(self, host: SimHost, keys: tuple) -> None:
         for k in keys:
@@ -222,12 +354,21 @@ class Cluster:
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
         hm = host.models[m]
-        size = self.wl.models[m].size
+        size = host.loading_size.pop(m, self.wl.models[m].size)
+        if self.cfg.size_spread:
+            host.measured[m] = size
         host.residency.loaded(m, size, self.costs.load_seconds(size, host.tiers.reload_tier), now)
         host.dispatch.add(m, hm.queue, self._tenant_of[m])
         host.cache.set_busy(m, True)  # until its queue says otherwise (below, in _kick)
         if self.cfg.high < 1.0:  # watermark eviction, best effort
-            self._evict(host, host.cache.watermark_plan(now).evict)
+            evict = host.cache.watermark_plan(now).evict
+            self.evictions["watermark"] += len(evict)
+            if host.pool is None:
+                self._evict(host, evict)
+            elif evict:
+                for k in evict:
+                    self._begin_unload(host, k)
+                self._close_next(host, list(evict), None, now)
         self._kick(host, m)
 
     # ---- batches: the host core's dispatcher plans, the cost model executes -----------------------

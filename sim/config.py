@@ -62,6 +62,13 @@ class SimConfig(BaseModel):
     cores: int = Field(0, ge=0, description="CPU cores per host for the contention model (batches slow down when "
                        "running batches x threads exceed them); 0: off")
     threads: int = Field(1, ge=1, description="intra-op threads per running batch (hostd's ort_intra_op_threads)")
+    load_workers: int = Field(0, ge=0, description="hostd's load threads (4): loads queue for them, deserialize one "
+                              "at a time, evictions close through them; 0: one load at a time, instant evictions")
+    attempts: int = Field(1, ge=1, description="hosts tried per request when one has no room or a full queue "
+                          "(the router's max_attempts, 3)")
+    size_spread: list[tuple[float, float]] = Field(
+        [], description="full mode: [[measured / model size, cumulative probability], ...]: each load draws its "
+        "measured size (sim/calibrate.py, from hostd's per-load readings); empty: sizes as given")
     max_queue: int = Field(1024, ge=1)
     deadline_s: float | None = Field(None, gt=0)
 
@@ -110,6 +117,8 @@ class SimConfig(BaseModel):
             executors_per_model=self.executors_per_model, slots=self.slots, max_queue=self.max_queue,
             per_model_slots=self.per_model_slots, fair_unit=self.fair_unit, cores=self.cores, threads=self.threads,
             deadline_s=self.deadline_s or float("inf"), host_ram_bytes=self.host_ram_bytes,
+            load_workers=self.load_workers, attempts=self.attempts,
+            size_spread=tuple((float(x), float(p)) for x, p in self.size_spread),
         )
 
 

@@ -12,6 +12,19 @@ Build it from measured numbers with `calibrate(data)`; `data` is a dict (or JSON
 Both forms may be mixed; fitted samples override direct numbers.
 "request_overhead_s" (direct only): time every served request spends outside queue, load and compute
 (RPC hops, router, tensor conversion), added to each simulated latency; 0 by default.
+
+A load has two stages, as in hostd (sim/loadpool.py): the first on a load worker (size x load_s_per_byte of
+its tier, plus first_fixed_s: fetch and verify, or a copy from host RAM), the second under the loader's lock,
+one load at a time per host (load_fixed_s + size x locked_s_per_byte: deserialize, warm-up, memory probes).
+A load sample with "locked_seconds" and "first_seconds" (hostd's mmhost_model_load_path_seconds{stage="locked"}
+and its fetch + verify phases) fits the two stages apart; one with "seconds" only fits their sum as before.
+"unload_s" (direct): an unload's close, on the load pool; "fill_s_per_byte" (direct): a RAM-tier fill after a
+load from disk or storage, on the load pool. Both 0 by default. "locked_spread" (direct): how the locked stage
+varies from load to load (on a shared CPU it does, a lot): [[multiplier, cumulative probability], ...], an
+inverse CDF the full engine draws a multiplier from per load (mean 1; sim/calibrate.py builds it from hostd's
+locked-stage histogram). Empty by default: every load takes its mean. "locked_corr" and "locked_window_s"
+(direct): slow periods come in streaks (a shared CPU): each load uses its window's draw with probability
+locked_corr instead of its own, so loads in the same window are correlated (the spread stays the same).
 """
 
 from __future__ import annotations
@@ -42,9 +55,32 @@ class CostModel:
     compute_default: ComputeCost = ComputeCost()
     compute: Mapping[str, ComputeCost] = field(default_factory=dict)
     request_overhead_s: float = 0.0  # per served request, outside queue, load and compute
+    first_fixed_s: float = 0.0  # per load, before the lock (a fetch's round trips)
+    locked_s_per_byte: float = 0.0  # under the loader's lock, per byte (deserialize)
+    unload_s: float = 0.0  # closing an evicted model, on the load pool
+    fill_s_per_byte: float = 0.0  # copying a loaded model's file into the RAM tier, on the load pool
+    locked_spread: tuple[tuple[float, float], ...] = ()  # (multiplier, cumulative probability), mean 1
+    locked_corr: float = 0.0  # chance that a load's draw is its window's (streaks of slow loads)
+    locked_window_s: float = 1.0
 
     def load_seconds(self, size: int, tier: str) -> float:
-        return self.load_fixed_s + size * self.load_s_per_byte[tier]
+        return self.first_seconds(size, tier) + self.locked_seconds(size)
+
+    def first_seconds(self, size: int, tier: str) -> float:
+        """A load's stage on a worker before the loader's lock."""
+        return self.first_fixed_s + size * self.load_s_per_byte[tier]
+
+    def locked_seconds(self, size: int) -> float:
+        """A load's stage under the loader's lock (one per host at a time), on average."""
+        return self.load_fixed_s + size * self.locked_s_per_byte
+
+    def locked_multiplier(self, u: float) -> float:
+        """The locked stage of one load / its mean, for a uniform draw `u` in [0, 1) (1 without a spread)."""
+        pts = self.locked_spread
+        if not pts:
+            return 1.0
+        xs, ps = [x for x, _ in pts], [p for _, p in pts]
+        return float(np.interp(u, ps, xs))
 
     def batch_seconds(self, model: str, items: int) -> float:
         c = self.compute.get(model, self.compute_default)
@@ -89,8 +125,23 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
     default = ComputeCost(**data["compute_default"]) if "compute_default" in data else cm.compute_default
     compute = {k: ComputeCost(**v) for k, v in data.get("compute", {}).items()}
 
+    locked_per_byte = float(data.get("locked_s_per_byte", cm.locked_s_per_byte))
+    first_fixed = float(data.get("first_fixed_s", cm.first_fixed_s))
     loads = data.get("loads", [])
-    if loads:
+    staged = [s for s in loads if "locked_seconds" in s and "first_seconds" in s]
+    if staged:  # the two stages apart: the lock's share over all tiers, the first stage per tier
+        fixed, locked_per_byte = _fit_counted([s.get("count", 1) for s in staged], [s["bytes"] for s in staged],
+                                              [s["locked_seconds"] for s in staged])
+        fixes = []
+        for tier in sorted({s["tier"] for s in staged}):
+            if tier not in TIERS:
+                raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
+            pts = [s for s in staged if s["tier"] == tier]
+            f, per_byte[tier] = _fit_counted([s.get("count", 1) for s in pts], [s["bytes"] for s in pts],
+                                             [s["first_seconds"] for s in pts])
+            fixes.append(f)
+        first_fixed = float(np.mean(fixes))
+    elif loads:
         fixes = []
         for tier in {s["tier"] for s in loads}:
             if tier not in TIERS:
@@ -109,4 +160,9 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
         compute[model] = ComputeCost(f, slope)
     overhead = float(data.get("request_overhead_s", cm.request_overhead_s))
     return replace(cm, load_fixed_s=fixed, load_s_per_byte=per_byte, compute_default=default, compute=compute,
-                   request_overhead_s=overhead)
+                   request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
+                   unload_s=float(data.get("unload_s", cm.unload_s)),
+                   fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
+                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)),
+                   locked_corr=float(data.get("locked_corr", cm.locked_corr)),
+                   locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)))

@@ -26,6 +26,24 @@ class HostdScrape:
     compute: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [seconds, batches]
     rows: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [rows, batches]
     memory: dict[str, int] = field(default_factory=dict)  # "tenant/model/version" -> measured bytes (resident)
+    phases: dict[str, float] = field(default_factory=dict)  # load phase -> seconds (fetch, verify, deserialize, ...)
+    path: dict[str, float] = field(default_factory=dict)  # load-path stage -> seconds (evict, pool_wait, lock_wait, ...)
+    requests: float = 0.0  # answered by this hostd (request-duration count)
+    request_s: float = 0.0  # their arrival-to-answer seconds
+    queue_s: float = 0.0  # their seconds in a model queue
+    shed: float = 0.0  # refused before reaching a model
+    budget: float = 0.0  # device budget, bytes
+    ram_budget: float = 0.0
+    high: float = 0.0  # watermarks, bytes
+    low: float = 0.0
+    slots: float = 0.0  # execution slots (0: not exported)
+    load_workers: float = 0.0
+    evictions: float = 0.0  # device evictions to make room for a load (reason capacity)
+    watermark_evictions: float = 0.0  # device evictions after a load measured more than it reserved
+    locked_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, locked stage
+    total_buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count, load start to READY
+    buckets: dict[float, float] = field(default_factory=dict)  # request duration: le -> cumulative count, all models
+    at: float = 0.0  # when it was scraped (seconds, any clock; set by the scraper, 0 when unknown)
 
 
 def parse_hostd_metrics(text: str) -> HostdScrape:
@@ -35,6 +53,42 @@ def parse_hostd_metrics(text: str) -> HostdScrape:
             lb, v = x.labels, x.value
             if x.name == "mmhost_model_load_duration_seconds_sum":
                 s.load_seconds += v
+                s.phases[lb["phase"]] = s.phases.get(lb["phase"], 0.0) + v
+            elif x.name == "mmhost_model_load_path_seconds_sum":
+                s.path[lb["stage"]] = v
+            elif x.name == "mmhost_model_load_path_seconds_count":
+                s.path[lb["stage"] + "_count"] = v
+            elif x.name == "mmhost_model_load_path_seconds_bucket" and lb.get("stage") == "locked":
+                s.locked_buckets[float(lb["le"])] = v
+            elif x.name == "mmhost_model_load_path_seconds_bucket" and lb.get("stage") == "total":
+                s.total_buckets[float(lb["le"])] = v
+            elif x.name == "mmhost_cache_evictions_total" and lb.get("tier") == "device":
+                if lb.get("reason") == "capacity":
+                    s.evictions += v
+                elif lb.get("reason") == "watermark":
+                    s.watermark_evictions += v
+            elif x.name == "mmhost_request_duration_seconds_sum":
+                s.request_s += v
+            elif x.name == "mmhost_request_duration_seconds_count":
+                s.requests += v
+            elif x.name == "mmhost_request_duration_seconds_bucket":
+                le = float(lb["le"])
+                s.buckets[le] = s.buckets.get(le, 0.0) + v
+            elif x.name == "mmhost_queue_duration_seconds_sum":
+                s.queue_s += v
+            elif x.name == "mmhost_requests_shed_total":
+                s.shed += v
+            elif x.name == "mmhost_cache_budget_bytes" and lb.get("tier") in ("device", "ram"):
+                if lb["tier"] == "device":
+                    s.budget = v
+                else:
+                    s.ram_budget = v
+            elif x.name == "mmhost_cache_watermark_bytes" and lb.get("level") in ("high", "low"):
+                setattr(s, lb["level"], v)
+            elif x.name == "mmhost_execution_slots":
+                s.slots = v
+            elif x.name == "mmhost_load_workers":
+                s.load_workers = v
             elif x.name == "mmhost_model_loads_total" and lb.get("result") == "success":
                 s.loads[f"{lb['tenant']}/{lb['model']}"] = v
             elif x.name == "mmhost_cache_hits_total" and lb.get("tier") == "ram":

@@ -63,3 +63,39 @@ def test_scraped_metrics_calibrate_positive_load_and_compute_costs(host):
     assert costs.load_s_per_byte["storage"] > 0
     assert costs.load_seconds(sizes["fid/large/1"], "storage") > costs.load_seconds(sizes["fid/small/1"], "storage")
     assert all(costs.batch_seconds(f"fid/{n}/1", 1) > 0 for n in WIDTHS)
+
+
+def test_sim_calibrate_from_a_real_hostd_writes_a_config_sim_run_accepts(host, tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from mmhost.cli import app
+
+    for name in WIDTHS:  # loads (from storage or host RAM, whichever this module's host has now) and batches
+        host.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=name),
+                                        metadata=(("mmhost-tenant", "fid"),), timeout=30)
+        _infer(host, name, 2)
+    out = tmp_path / "cal.yaml"
+    runner = CliRunner()
+    res = runner.invoke(app, ["sim", "calibrate", "--from-metrics", f"127.0.0.1:{host.metrics_port}",
+                              "--samples", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg["hosts"] == 1 and cfg["cache_bytes"] > 0 and cfg["load_workers"] == 4 and cfg["slots"] >= 1
+    c = cfg["costs"]
+    assert c["load_fixed_s"] + c["locked_s_per_byte"] * 1e6 > 0  # the locked stage of the loads it saw
+    assert {b["model"] for b in c["batches"]} == {f"fid/{n}/1" for n in WIDTHS}
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"ts": i * 0.05, "tenant": "fid", "model": name, "version": "1",
+                                         "size_bytes": 2_000_000}) + "\n"
+                             for i, name in enumerate(list(WIDTHS) * 10)))
+    res = runner.invoke(app, ["sim", "run", "--config", str(out), "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+    assert "30 requests" in res.output and "p99" in res.output
+
+    bad = runner.invoke(app, ["sim", "calibrate", "--from-metrics", f"127.0.0.1:{host.port}", "--samples", "1",
+                              "--timeout", "1", "--out", str(tmp_path / "x.yaml")])
+    assert bad.exit_code != 0 and not (tmp_path / "x.yaml").exists()

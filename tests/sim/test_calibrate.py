@@ -1,0 +1,163 @@
+"""`mmhost sim calibrate`'s fitting (sim/calibrate.py) on hand-made scrapes: load stages, overhead outside
+hostd, and the cluster's settings from its gauges, into a config `sim run` accepts."""
+
+import pytest
+
+from sim.calibrate import RouterScrape, calibrate_cluster, load_samples, parse_router_metrics
+from sim.config import SimConfig
+from sim.costs import calibrate
+from sim.fidelity import HostdScrape
+
+MB = 1_000_000
+FIXED, PER_BYTE, FETCH = 0.02, 10e-9, 4e-9  # 20 ms + 10 ms/MB under the lock; 4 ms/MB to fetch from storage
+
+
+def scrape(loads: dict[str, float], ram: float, sizes: dict[str, int], requests: float, request_s: float,
+           **gauges: float) -> HostdScrape:
+    """A cumulative hostd page after `loads` (per tenant/model), `ram` of them from host RAM."""
+    nbytes = sum(n * sizes[k] for k, n in loads.items())
+    count = sum(loads.values())
+    not_ram_bytes = nbytes * (count - ram) / count if count else 0.0
+    s = HostdScrape(loads=dict(loads), tiers={"host_ram": ram, "storage": count - ram},
+                    phases={"fetch": FETCH * not_ram_bytes * 0.75, "verify": FETCH * not_ram_bytes * 0.25},
+                    path={"locked": FIXED * count + PER_BYTE * nbytes}, requests=requests, request_s=request_s,
+                    memory={f"{k}/1": v for k, v in sizes.items()},
+                    compute={"t/a": [0.5, 100.0]}, rows={"t/a": [200.0, 100.0]})
+    for k, v in gauges.items():
+        setattr(s, k, v)
+    return s
+
+
+SIZES = {"t/a": 2 * MB, "t/b": 5 * MB, "t/c": 1 * MB}
+GAUGES = {"budget": 10 * MB, "high": 9.5 * MB, "low": 8.5 * MB, "ram_budget": 1 << 30, "slots": 2,
+          "load_workers": 4}
+
+
+def series() -> list[HostdScrape]:
+    return [scrape({}, 0, SIZES, 0, 0.0, **GAUGES),
+            scrape({"t/a": 3, "t/b": 1}, 1, SIZES, 100, 2.0, **GAUGES),
+            scrape({"t/a": 4, "t/b": 3, "t/c": 2}, 3, SIZES, 300, 5.0, **GAUGES)]
+
+
+def test_load_samples_per_interval_or_from_one_scrape():
+    s = series()
+    size_of = {k: float(v) for k, v in SIZES.items()} | {"": 1.0}
+    got = load_samples(s, size_of)
+    assert [(x["count"], x["bytes"], x["ram"]) for x in got] == [(4, 11 * MB, 1), (5, 14 * MB, 2)]
+    one = load_samples(s[-1:], size_of)
+    assert [(x["count"], x["bytes"]) for x in one] == [(9, 25 * MB)]
+
+
+def test_calibrated_config_recovers_the_stages_and_the_settings():
+    s = series()
+    router = [RouterScrape(0.0, 0.0), RouterScrape(9.0, 300.0)]  # 30 ms per request at the router
+    cfg = calibrate_cluster([s, s], [router])
+    assert cfg["hosts"] == 2 and cfg["cache_bytes"] == 10 * MB and (cfg["high"], cfg["low"]) == (0.95, 0.85)
+    assert (cfg["slots"], cfg["load_workers"], cfg["attempts"], cfg["host_ram_bytes"]) == (2, 4, 3, 1 << 30)
+    c = cfg["costs"]
+    assert c["load_fixed_s"] == pytest.approx(FIXED) and c["locked_s_per_byte"] == pytest.approx(PER_BYTE)
+    # the bytes of the loads not from RAM are estimated per interval in proportion to their count
+    assert c["load_s_per_byte"]["storage"] == pytest.approx(FETCH, rel=0.01) and c["load_s_per_byte"]["host_ram"] == 0
+    assert c["request_overhead_s"] == pytest.approx(0.030 - 5.0 / 300)
+    sim = SimConfig.model_validate(cfg)
+    cm = sim.cost_model()
+    assert cm.locked_seconds(3 * MB) == pytest.approx(FIXED + 3 * MB * PER_BYTE)
+    assert cm.first_seconds(3 * MB, "storage") == pytest.approx(3 * MB * FETCH, rel=0.01)
+    assert cm.batch_seconds("t/a/1", 2) == pytest.approx(0.005)  # 5 ms per batch of 2 rows, through the origin
+    cl = sim.cluster("lru", sim.cache_bytes)
+    assert (cl.hosts, cl.slots, cl.load_workers, cl.attempts) == (2, 2, 4, 3)
+
+
+def test_no_hostd_no_config_and_a_router_page_is_told_apart():
+    with pytest.raises(ValueError, match="no hostd"):
+        calibrate_cluster([], [])
+    text = ("# TYPE mmhost_router_forward_seconds histogram\n"
+            'mmhost_router_forward_seconds_bucket{le="+Inf"} 4.0\n'
+            "mmhost_router_forward_seconds_count 4.0\nmmhost_router_forward_seconds_sum 0.2\n")
+    assert parse_router_metrics(text) == RouterScrape(0.2, 4.0, {float("inf"): 4.0})
+
+
+def test_overhead_outside_hostd_is_a_difference_of_medians_when_buckets_exist():
+    from sim.calibrate import overhead_s, quantile_from_buckets
+
+    inf = float("inf")
+    assert quantile_from_buckets({0.01: 0.0, 0.02: 10.0, inf: 10.0}, 0.5) == pytest.approx(0.015)
+    assert quantile_from_buckets({0.01: 5.0, inf: 10.0}, 0.9) == 0.01  # in the +Inf bucket: the last bound
+    # the router: 100 requests, half under 20 ms (its median 20 ms); hostd: median 5 ms. A few very slow
+    # requests pull the router's mean to 110 ms, but the overhead of a typical request stays 15 ms
+    router = [RouterScrape(), RouterScrape(11.0, 100.0, {0.01: 0.0, 0.02: 50.0, 1.0: 90.0, inf: 100.0})]
+    host = [HostdScrape(), HostdScrape(requests=100.0, request_s=1.0, buckets={0.0: 0.0, 0.01: 100.0, inf: 100.0})]
+    assert overhead_s([host], [router]) == pytest.approx(0.015)
+    no_buckets = [RouterScrape(), RouterScrape(11.0, 100.0)]
+    assert overhead_s([[HostdScrape(), HostdScrape(requests=100.0, request_s=1.0)]], [no_buckets]) == pytest.approx(0.1)
+
+
+def test_staged_samples_fit_the_two_stages_apart():
+    loads = [{"tier": "storage", "count": 2, "bytes": 6 * MB, "seconds": 0.0,
+              "first_seconds": 6 * MB * FETCH, "locked_seconds": 2 * FIXED + 6 * MB * PER_BYTE},
+             {"tier": "storage", "count": 3, "bytes": 4 * MB, "seconds": 0.0,
+              "first_seconds": 4 * MB * FETCH, "locked_seconds": 3 * FIXED + 4 * MB * PER_BYTE}]
+    cm = calibrate({"loads": loads})
+    assert cm.load_fixed_s == pytest.approx(FIXED) and cm.locked_s_per_byte == pytest.approx(PER_BYTE)
+    assert cm.load_s_per_byte["storage"] == pytest.approx(FETCH) and cm.first_fixed_s == pytest.approx(0, abs=1e-12)
+    assert cm.load_seconds(MB, "storage") == pytest.approx(FIXED + MB * (PER_BYTE + FETCH))
+
+
+def test_the_locked_stage_spread_from_histogram_buckets_has_mean_one():
+    import numpy as np
+
+    from sim.calibrate import spread_from_buckets
+    from sim.costs import CostModel
+
+    buckets = {0.01: 0.0, 0.05: 50.0, 0.1: 90.0, 0.25: 90.0, 0.5: 100.0, float("inf"): 100.0}
+    pts = spread_from_buckets(buckets)
+    mean = 0.5 * 0.03 + 0.4 * 0.075 + 0.1 * 0.375  # uniform within each bucket with observations
+    assert pts == [[pytest.approx(x / mean), p] for x, p in [(0.01, 0.0), (0.05, 0.5), (0.1, 0.9), (0.25, 0.9),
+                                                              (0.5, 1.0)]]
+    cm = CostModel(locked_spread=tuple(map(tuple, pts)))
+    draws = [cm.locked_multiplier(u) for u in np.linspace(0, 1, 100_001)]
+    assert np.mean(draws) == pytest.approx(1.0, rel=1e-3)
+    assert cm.locked_multiplier(0.5) == pytest.approx(0.05 / mean) and CostModel().locked_multiplier(0.7) == 1.0
+    assert spread_from_buckets({0.1: 0.0, float("inf"): 0.0}) == []
+
+
+def test_streaks_of_slow_loads_from_the_per_interval_means():
+    from sim.calibrate import spread_variance, streak_correlation
+
+    d, mu = 0.5, 0.04  # each load's locked stage: mu x (1 - d) or mu x (1 + d), equally likely
+    assert spread_variance([[1 - d, 0.0], [1 - d, 0.5], [1 + d, 0.5], [1 + d, 1.0]]) == pytest.approx(d * d)
+
+    def series(per_interval: list[list[float]]) -> list[HostdScrape]:
+        out, n, total = [HostdScrape()], 0.0, 0.0
+        for loads in per_interval:
+            n, total = n + len(loads), total + sum(loads)
+            out.append(HostdScrape(path={"locked": total, "locked_count": n}))
+        return out
+
+    together = [[mu * (1 + d)] * 4, [mu * (1 - d)] * 4] * 5  # every interval's loads slow or fast together
+    assert streak_correlation([series(together)], d * d) == pytest.approx(1.0)
+    mixed = [[mu * (1 + d), mu * (1 - d)] * 2] * 10  # each interval's mean is the overall mean
+    assert streak_correlation([series(mixed)], d * d) == 0.0
+    assert streak_correlation([series([[mu]] * 10)], d * d) == 0.0  # one load per interval: nothing to tell
+
+
+def test_a_window_shares_its_draw_when_streaks_are_calibrated():
+    from dataclasses import replace
+
+    from sim.cluster import Cluster, ClusterConfig
+    from sim.costs import CostModel
+    from tests.sim.conftest import make_workload
+
+    wl = make_workload(["a", "b", "c"], {"a": 1, "b": 1, "c": 1})
+    wl.ts[:] = [0.0, 0.1, 20.0]
+    cm = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                   locked_spread=((0.5, 0.0), (1.5, 1.0)), locked_window_s=10.0)
+    cfg = ClusterConfig(device_bytes=10, load_workers=4, seed=3)
+    own = Cluster(wl, cfg, cm)
+    own.run()
+    a, b, c = own.load_waits["locked"]
+    assert len({a, b, c}) == 3 and all(0.5 <= x <= 1.5 for x in (a, b, c))
+    shared = Cluster(wl, cfg, replace(cm, locked_corr=1.0))
+    shared.run()
+    a, b, c = shared.load_waits["locked"]
+    assert a == b != c  # a and b in the window [0, 10), c in [20, 30)

@@ -12,25 +12,27 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import tempfile
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
+import psutil
 
-from bench._tenants import Outcomes
+from bench._tenants import Outcomes, steady
 from catalog.publish import publish_version
 from catalog.repository import ModelRepository
 from ground.units import parse_bytes
 from ground.wire import REASON, RETRY_AFTER
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc
 from router.tenants import FileTenants
 from storage_adapters.local import LocalStorage
 from tests.hostd_proc import HostdProc
-from tests.isolation.conftest import FAST_DIMS, auth
-from tests.isolation.test_bytes_inflight import PeakRss, _calm
+from tests.isolation.conftest import FAST_DIMS, auth, fast_request
 from tests.router.router_proc import RouterProc
 
 MiB = 1 << 20
@@ -76,34 +78,73 @@ def _request(model: str, dim: int) -> bytes:
         name="input", datatype="FP32", shape=[ROWS, dim])], raw_input_contents=[x.tobytes()]).SerializeToString()
 
 
-async def _storm(addr: str, md, body: bytes, concurrency: int, seconds: float) -> tuple[Counter, list[str]]:
+async def storm(addr: str, md, body: bytes, concurrency: int, seconds: float,
+                timeout: float = 120) -> tuple[Counter, list[str], int]:
+    """`concurrency` clients sending `body` back to back, each sleeping `retry-after-ms` after a budget refusal:
+    status counts ('CODE/reason'), the first odd answers, and how many refusals carried retry-after-ms."""
     codes: Counter = Counter()
     odd: list[str] = []
+    hints = 0
     async with grpc.aio.insecure_channel(addr, options=BIG) as ch:
         call = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
 
         async def client() -> None:
+            nonlocal hints
             while loop.time() < end:
                 try:
-                    await call(body, metadata=md, timeout=120)
+                    await call(body, metadata=md, timeout=timeout)
                     codes["OK"] += 1
                 except grpc.aio.AioRpcError as e:
                     t = dict(e.trailing_metadata() or ())
                     codes[f"{e.code().name}/{t.get(REASON)}"] += 1
                     if e.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and RETRY_AFTER in t:
+                        hints += 1
                         await asyncio.sleep(int(t[RETRY_AFTER]) / 1000)
                     elif len(odd) < 5:
                         odd.append(f"{e.code().name}: {e.details()}")
 
         await asyncio.gather(*(client() for _ in range(concurrency)))
-    return codes, odd
+    return codes, odd, hints
+
+
+class PeakRss:
+    """The largest RSS of some processes, sampled every 20 ms in a thread."""
+
+    def __init__(self, *pids: int) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+        self.peak = [p.memory_info().rss for p in self.procs]
+        self.start = list(self.peak)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            for i, p in enumerate(self.procs):
+                self.peak[i] = max(self.peak[i], p.memory_info().rss)
+
+    def stop(self) -> list[tuple[int, int]]:
+        self._stop.set()
+        self._t.join()
+        return [(a // MiB, b // MiB) for a, b in zip(self.start, self.peak, strict=True)]
+
+
+def calm_thread(addr: str, md, seconds: float, out: list) -> threading.Thread:
+    async def go() -> Outcomes:
+        async with grpc.aio.insecure_channel(addr) as ch:
+            return await steady(grpc_service_pb2_grpc.GRPCInferenceServiceStub(ch), fast_request(), md,
+                                seconds, interval_s=0.02)
+
+    t = threading.Thread(target=lambda: out.append(asyncio.run(go())), daemon=True)
+    t.start()
+    return t
 
 
 def _calm_proc(addr: str, md, seconds: float, q) -> None:
     box: list[Outcomes] = []
-    _calm(addr, md, seconds, box).join(seconds + 60)
+    calm_thread(addr, md, seconds, box).join(seconds + 60)
     q.put(box[0])
 
 
@@ -142,12 +183,12 @@ def run_storms(storms: list[tuple[int, int]], seconds: float) -> list[StormResul
             try:
                 body = _request("wide", dim)
                 stormy, calm = auth(keys["stormy"]), auth(keys["calm"])
-                asyncio.run(_storm(r.addr, stormy, body, 1, 0.01))  # loads the wide model
+                asyncio.run(storm(r.addr, stormy, body, 1, 0.01))  # loads the wide model
                 alone: list[Outcomes] = []
-                _calm(r.addr, calm, seconds, alone).join(seconds + 30)
+                calm_thread(r.addr, calm, seconds, alone).join(seconds + 30)
                 rss = PeakRss(r.proc.pid, h.proc.pid)
                 p, q = calm_elsewhere(r.addr, calm, seconds + 0.5)
-                codes, odd = asyncio.run(_storm(r.addr, stormy, body, concurrency, seconds))
+                codes, odd, _ = asyncio.run(storm(r.addr, stormy, body, concurrency, seconds))
                 during = q.get(timeout=120)
                 p.join(30)
                 res = StormResult(f"{concurrency} x {mib} MB storm", codes, odd, alone[0], during, rss.stop())

@@ -241,13 +241,7 @@ def plot(rows: list[dict], path: str | Path, title: str = "") -> Path:
     for ax in (ax_hit, ax_load, ax_shed):
         _plain(ax)
     # one legend for the three panels, under them: it never covers a curve
-    fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=min(len(labels), 4), frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, handles, labels, title, path)
 
 
 def plot_latency(rows: list[dict], path: str | Path, title: str = "") -> Path:
@@ -292,6 +286,13 @@ def plot_latency(rows: list[dict], path: str | Path, title: str = "") -> Path:
 
         handles.append(Patch(color="red", alpha=0.15))
         labels.append(f"most requests shed (>= {MOSTLY_SHED:.0%}): p99 not drawn")
+    return _finish(fig, handles, labels, title, path)
+
+
+def _finish(fig, handles, labels, title, path):
+    """The legend under the panels (it never covers a curve), the title, the file."""
+    import matplotlib.pyplot as plt
+
     fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=min(len(labels), 4), frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -9,20 +9,18 @@ are not bounded: its peak is printed, not asserted."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections import Counter
 from dataclasses import dataclass
 
 import grpc
 import numpy as np
-import psutil
 import pytest
 
-from bench._tenants import Outcomes, steady
+from bench._tenants import Outcomes
+from bench.storms import PeakRss, calm_thread
+from bench.storms import storm as send_storm
 from catalog.publish import publish_version
 from catalog.repository import ModelRepository
-from ground.wire import REASON, RETRY_AFTER, TENANT_HEADER
+from ground.wire import TENANT_HEADER
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc
@@ -74,73 +72,12 @@ def wide_request() -> pb.ModelInferRequest:
         name="input", datatype="FP32", shape=[ROWS, WIDE[0]])], raw_input_contents=[x.tobytes()])
 
 
-class PeakRss:
-    """The largest RSS of some processes, sampled every 20 ms in a thread."""
-
-    def __init__(self, *pids: int) -> None:
-        self.procs = [psutil.Process(p) for p in pids]
-        self.peak = [p.memory_info().rss for p in self.procs]
-        self.start = list(self.peak)
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            for i, p in enumerate(self.procs):
-                self.peak[i] = max(self.peak[i], p.memory_info().rss)
-
-    def stop(self) -> list[tuple[int, int]]:
-        self._stop.set()
-        self._t.join()
-        return [(a // MiB, b // MiB) for a, b in zip(self.start, self.peak, strict=True)]
-
-
-async def _storm(addr: str, md, concurrency: int, seconds: float) -> tuple[Counter, list[str], int]:
-    """`concurrency` clients sending 8 MiB requests back to back: status counts, odd answers, retry hints."""
-    codes: Counter = Counter()
-    odd: list[str] = []
-    hints = 0
-    body = wide_request().SerializeToString()  # serialized once: the client's CPU is the servers' too (2 cores)
-    async with grpc.aio.insecure_channel(addr, options=BIG) as ch:
-        call = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-        end = time.monotonic() + seconds
-
-        async def client() -> None:
-            nonlocal hints
-            while time.monotonic() < end:
-                try:
-                    await call(body, metadata=md, timeout=60)
-                    codes["OK"] += 1
-                except grpc.aio.AioRpcError as e:
-                    t = dict(e.trailing_metadata() or ())
-                    codes[f"{e.code().name}/{t.get(REASON)}"] += 1
-                    if e.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and RETRY_AFTER in t:
-                        hints += 1
-                        await asyncio.sleep(int(t[RETRY_AFTER]) / 1000)
-                    elif len(odd) < 5:
-                        odd.append(f"{e.code().name}: {e.details()}")
-
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-    return codes, odd, hints
-
-
-def _calm(addr: str, md, seconds: float, out: list) -> threading.Thread:
-    async def go() -> Outcomes:
-        async with grpc.aio.insecure_channel(addr) as ch:
-            return await steady(grpc_service_pb2_grpc.GRPCInferenceServiceStub(ch), fast_request(), md,
-                                seconds, interval_s=0.02)
-
-    t = threading.Thread(target=lambda: out.append(asyncio.run(go())), daemon=True)
-    t.start()
-    return t
-
-
 def _run(storm: Storm, addr: str, stormy_md, calm_md, concurrency: int = 64, seconds: float = 3.0):
     calm_box: list[Outcomes] = []
     rss = PeakRss(storm.router.proc.pid, storm.hostd.proc.pid)
-    t = _calm(addr, calm_md, seconds + 0.5, calm_box)
-    codes, odd, hints = asyncio.run(_storm(addr, stormy_md, concurrency, seconds))
+    t = calm_thread(addr, calm_md, seconds + 0.5, calm_box)
+    codes, odd, hints = asyncio.run(send_storm(addr, stormy_md, wide_request().SerializeToString(), concurrency, seconds,
+                                          timeout=60))
     t.join(30)
     mem = rss.stop()
     calm = calm_box[0]

@@ -14,10 +14,10 @@ The servers, all started here and all serving the whole run:
 - the plain server: grpc.aio, one request at a time through onnxruntime, no batching (bench/plain_server.py).
 
 Every round measures each concurrency on each server in turn (so load on the shared machine falls on all of
-them alike); with --rounds N the figures pool the N rounds (throughput: the mean; percentiles: over all
+them alike: short windows, several rounds); the figures pool the rounds (throughput: the mean; percentiles: over all
 requests). Absolute figures vary with the machine and its load; the ratios are the result.
 
-    python bench/batching.py [--seconds 4] [--levels 1,32] [--rounds 2] [--off] [--no-triton]"""
+    python bench/batching.py [--seconds 2] [--levels 1,32] [--rounds 4] [--off] [--no-triton]"""
 
 from __future__ import annotations
 
@@ -128,9 +128,9 @@ def verdict(ok: bool) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--levels", default="1,32")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--off", action="store_true", help="also hostd with batching off")
     ap.add_argument("--no-triton", action="store_true", help="leave Triton's core out")
     a = ap.parse_args()

@@ -6,7 +6,10 @@ one run on the same ~50 MB ONNX MLP (256-3500-3500-10), closed-loop Triton async
 - hostd p50 at concurrency 1 <= 1.1x the plain per-request server's.
 
 The servers, all started here and all serving the whole run:
-- hostd, batching on (max batch 32, no queue delay) and, with --off, the same model with batching off;
+- hostd, batching on (max batch 32, no queue delay) and, with --off, the same model with batching off; with
+  --one-slot, a second hostd with one execution slot: hostd's CPU plan (hostd/core/sizing.py) gives each of
+  min(cores, 4) slots cores // slots intra-op threads, so on 2 cores a lone request runs on one thread where the
+  plain server's session uses both (batch 1 of this model: 6.7 ms on one thread, 4.1 ms on two, quiet box);
 - Triton's core: nvidia-pytriton's bundled tritonserver, dynamic batcher (max batch 32, no queue delay) in
   front of a Python inference function running the model with onnxruntime (bench/pytriton_server.py; its own
   virtual environment, made on first use: bench/pytriton_env.py). When it cannot be installed or started here
@@ -17,7 +20,7 @@ Every round measures each concurrency on each server in turn (so load on the sha
 them alike: short windows, several rounds); the figures pool the rounds (throughput: the mean; percentiles: over all
 requests). Absolute figures vary with the machine and its load; the ratios are the result.
 
-    python bench/batching.py [--seconds 2] [--levels 1,32] [--rounds 4] [--off] [--no-triton]"""
+    python bench/batching.py [--seconds 2] [--levels 1,32] [--rounds 4] [--off] [--one-slot] [--no-triton]"""
 
 from __future__ import annotations
 
@@ -133,6 +136,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--off", action="store_true", help="also hostd with batching off")
     ap.add_argument("--no-triton", action="store_true", help="leave Triton's core out")
+    ap.add_argument("--one-slot", action="store_true",
+                    help="also a hostd with one execution slot (so, on CPU, every core's thread for one batch)")
     a = ap.parse_args()
     levels = [int(c) for c in a.levels.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,12 +154,15 @@ def main() -> None:
               f"on {os.cpu_count()} cores", flush=True)
         procs: list[subprocess.Popen] = []
         servers: dict[str, tuple[str, str]] = {}  # column -> (address, model)
-        hostd = None
+        hostd = hostd1 = None
         try:
             hostd, addr = start_hostd(str(t / "store"), t, "--preload")
             servers["hostd"] = (addr, "mlp_on")
             if a.off:
                 servers["hostd off"] = (addr, "mlp_off")
+            if a.one_slot:
+                hostd1, addr1 = start_hostd(str(t / "store"), t, "--preload", env={"MMHOST_HOSTD_EXECUTION_SLOTS": "1"})
+                servers["hostd 1slot"] = (addr1, "mlp_on")
             triton_note = "left out (--no-triton)"
             if not a.no_triton:
                 tp, taddr = start_triton(model_file, t)
@@ -180,8 +188,9 @@ def main() -> None:
         finally:
             for p in procs:
                 stop_group(p)
-            if hostd is not None:
-                stop(hostd)
+            for h in (hostd, hostd1):
+                if h is not None:
+                    stop(h)
     res = {k: pooled(v, a.seconds) for k, v in runs.items()}
     names = list(servers)
     print()
@@ -214,6 +223,9 @@ def main() -> None:
               f"(target <= {TARGET_C1_P50}x: {verdict(ratio <= TARGET_C1_P50)})")
         if "triton" in servers:
             print(f"  (Triton's core at concurrency 1: p50 {res['triton', 1]['p50']:.2f} ms)")
+        if "hostd 1slot" in servers:
+            h1 = res["hostd 1slot", 1]
+            print(f"  (hostd with one execution slot: p50 {h1['p50']:.2f} ms, {h1['p50'] / p['p50']:.3f}x the plain server's)")
 
 
 if __name__ == "__main__":

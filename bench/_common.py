@@ -50,9 +50,10 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, concurrency: int, seconds: float,
-                      warmup_s: float = 0.5, headers: dict | None = None) -> dict:
+                      warmup_s: float = 0.5, headers: dict | None = None, keep_latencies: bool = False) -> dict:
     """`concurrency` workers each send one request, wait for the answer, repeat. Returns throughput
-    (requests/s) and latency percentiles (ms) measured after the warm-up."""
+    (requests/s) and latency percentiles (ms) measured after the warm-up; with `keep_latencies`, also each
+    request's latency in seconds (`lat`, to pool several runs)."""
     import tritonclient.grpc.aio as ga
 
     client = ga.InferenceServerClient(addr)
@@ -82,8 +83,11 @@ async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, con
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     await client.close()
     arr = np.array(lat) * 1000 if lat else np.array([float("nan")])
-    return {"rps": len(lat) / seconds, "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
-            "errors": errors, "n": len(lat)}
+    out = {"rps": len(lat) / seconds, "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
+           "errors": errors, "n": len(lat)}
+    if keep_latencies:
+        out["lat"] = np.array(lat)
+    return out
 
 
 @dataclass

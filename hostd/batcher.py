@@ -33,6 +33,14 @@ from hostd.tensors import DecodedRequest
 # (after INLINE_AFTER batches in worker threads have measured it): ~70 us for an MLP 64-256-8.
 INLINE_MAX_S = 0.0005
 INLINE_AFTER = 8
+# Why not also run a lone batch of a slower model on the loop when the host is idle (it would save the two
+# thread wake-ups at concurrency 1): while the loop computes, arriving requests wait inside gRPC unseen, and
+# once it is free each reaches the runner alone onto an idle host again, so every batch stays a batch of one.
+# The runner cannot tell that from concurrency 1. Tried (ONNX MLP 256-3500-3500-10, 2 cores, lone batches
+# under 20 ms inline on an idle host, backing off for 1 s when a request arrived within 1 ms of such a run):
+# side by side with the threaded runner, one round at concurrency 32 fell to 86 req/s against 511 and four
+# more averaged 481 against 504 with a worse p99, while p50 at concurrency 1 did not improve (10.0-12.6 ms
+# against 10.1-11.7). Only a model as cheap as INLINE_MAX_S can afford to block the loop.
 
 
 @dataclass(slots=True)
@@ -79,7 +87,6 @@ class ModelRunner:
         self._items: dict[int, _Item] = {}  # queued requests' payloads, by seq
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._on_busy = on_busy
         self._was_busy = False
@@ -209,9 +216,12 @@ class ModelRunner:
             else:  # a batch started by an inline batch's finish: next loop turn, not deeper recursion
                 asyncio.get_running_loop().call_soon(self._execute_inline, items, now)
             return
-        task = asyncio.get_running_loop().create_task(self._execute(items, now))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._record_queue(items, now)
+        loop = asyncio.get_running_loop()
+        try:
+            self._pool.submit(self._work, items, loop)
+        except RuntimeError as e:  # the pool is shut down: the batch fails, its slot is given back (next turn)
+            loop.call_soon(self._finish, items, None, e)
 
     def _inline(self) -> bool:
         """Run on the event loop thread: a CPU model whose recent batches took under INLINE_MAX_S. A worker
@@ -273,12 +283,28 @@ class ModelRunner:
             if not it.future.done():
                 it.future.set_exception(err)
 
-    async def _execute(self, items: list[_Item], started: float) -> None:
-        self._record_queue(items, started)
+    def _work(self, items: list[_Item], loop: asyncio.AbstractEventLoop) -> None:
+        """In a worker thread: run the batch, then hand the outcome to the event loop in one call (no asyncio
+        task per batch, no concurrent future chained to an asyncio one: py-spy put that chain on every batch's
+        way back to the loop)."""
         try:
-            loop = asyncio.get_running_loop()
-            self._answer(items, *await loop.run_in_executor(self._pool, self._run_batch, items))
+            outcome: tuple = (self._run_batch(items), None)
         except Exception as e:  # noqa: BLE001 - the model failed: every request in the batch gets the error
+            outcome = (None, e)
+        try:
+            loop.call_soon_threadsafe(self._finish, items, *outcome)
+        except RuntimeError:  # the loop is closed (hostd is gone): nobody is waiting for the answers
+            pass
+
+    def _finish(self, items: list[_Item], result: tuple | None, error: Exception | None) -> None:
+        """On the event loop: answer the batch's requests (or fail them), then free its executor and slot."""
+        try:
+            if error is not None:
+                self._fail_batch(items, error)
+            else:
+                assert result is not None
+                self._answer(items, *result)
+        except Exception as e:  # noqa: BLE001 - answering failed: every request in the batch gets the error
             self._fail_batch(items, e)
         finally:
             self._gate.finish(self, len(items))  # frees the executor and the slot; starts what can start

@@ -1,0 +1,123 @@
+"""A batch run in a worker thread comes back to the event loop in one call: its answers (each request its own
+rows), or, when the model fails or the pool is gone, the error for every request in it; either way its
+executor and host slot are given back and the runner goes idle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from ground.errors import Internal
+from hostd.batch_policy import BatchConfig
+from hostd.batcher import ModelRunner, QueueLimits
+from hostd.execution import ExecutionGate
+from hostd.metrics import HostdMetrics
+from hostd.runtimes.base import DeviceSpec, LoadedModel
+from hostd.stats import ModelStats
+from hostd.tensors import DecodedRequest
+
+
+class Model(LoadedModel):
+    """Doubles its input; fails while `fail` is set. Holds each run until `release` is set, so that requests
+    sent meanwhile queue up and run together as one batch."""
+
+    def __init__(self) -> None:
+        self.device = DeviceSpec(kind="cpu")
+        self.fail = False
+        self.release = threading.Event()
+        self.batches: list[int] = []
+        self.threads: set[int] = set()
+
+    def run(self, inputs, outputs):
+        self.release.wait(5)
+        self.threads.add(threading.get_ident())
+        self.batches.append(int(inputs["x"].shape[0]))
+        if self.fail:
+            raise ValueError("boom")
+        return {"y": inputs["x"] * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def _req(v: float, rows: int = 1) -> DecodedRequest:
+    return DecodedRequest(inputs={"x": np.full((rows, 2), v, np.float32)}, outputs=["y"], raw=True, rows=rows,
+                          shape_key=(), nbytes=8 * rows)
+
+
+def _runner(model: Model, pool, gate: ExecutionGate) -> ModelRunner:
+    return ModelRunner(tenant="t", model="m", loaded=model, config=BatchConfig(max_batch_size=8),
+                       limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
+                       metrics=HostdMetrics(), gate=gate)
+
+
+async def _first_then_batch(r: ModelRunner, model: Model, rows: list[int]):
+    """One request that occupies the executor, then `rows` requests that queue behind it and form one batch."""
+    first = asyncio.ensure_future(r.infer(_req(1.0)))
+    await asyncio.sleep(0.05)  # the first one is running (held in the worker thread)
+    rest = [asyncio.ensure_future(r.infer(_req(10.0 + i, n))) for i, n in enumerate(rows)]
+    await asyncio.sleep(0.05)
+    model.release.set()
+    return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+def test_a_batch_comes_back_with_each_requests_own_rows_and_frees_its_slot():
+    model = Model()
+
+    async def main():
+        gate = ExecutionGate(2)
+        with ThreadPoolExecutor(2) as pool:
+            r = _runner(model, pool, gate)
+            out = await _first_then_batch(r, model, [1, 3, 2])
+            await asyncio.wait_for(r.wait_idle(), 5)
+            return out, gate.free, r.busy
+
+    out, free, busy = asyncio.run(main())
+    assert model.batches == [1, 6]  # the three queued requests ran as one batch
+    assert threading.get_ident() not in model.threads  # in worker threads
+    np.testing.assert_array_equal(out[0]["y"], np.full((1, 2), 2.0))
+    for i, n in enumerate([1, 3, 2]):
+        np.testing.assert_array_equal(out[1 + i]["y"], np.full((n, 2), 2 * (10.0 + i)))
+    assert free == 2 and not busy
+
+
+def test_a_failing_model_fails_every_request_of_its_batch_and_frees_its_slot():
+    model = Model()
+    model.fail = True
+
+    async def main():
+        gate = ExecutionGate(2)
+        with ThreadPoolExecutor(2) as pool:
+            r = _runner(model, pool, gate)
+            out = await _first_then_batch(r, model, [1, 1])
+            await asyncio.wait_for(r.wait_idle(), 5)
+            model.fail = False
+            again = await r.infer(_req(3.0))  # the runner still serves
+            return out, again, gate.free
+
+    out, again, free = asyncio.run(main())
+    assert len(out) == 3 and all(isinstance(e, Internal) and "boom" in str(e) for e in out)
+    np.testing.assert_array_equal(again["y"], np.full((1, 2), 6.0))
+    assert free == 2
+
+
+def test_a_shut_down_pool_fails_the_request_instead_of_hanging():
+    model = Model()
+    model.release.set()
+
+    async def main():
+        gate = ExecutionGate(2)
+        pool = ThreadPoolExecutor(1)
+        pool.shutdown()
+        r = _runner(model, pool, gate)
+        with pytest.raises(Internal):
+            await asyncio.wait_for(r.infer(_req(1.0)), 5)
+        await asyncio.wait_for(r.wait_idle(), 5)
+        return gate.free
+
+    assert asyncio.run(main()) == 2
+    assert model.batches == []

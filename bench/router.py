@@ -1,6 +1,7 @@
 """The router's cost, in one run: the same model and closed-loop load (Triton asyncio clients) sent straight to a
 hostd, through the router, through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio
-pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy). For each concurrency
+pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy), unary and, as
+'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does. For each concurrency
 level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
 (from /proc, over the measured window), and the router's CPU per request against hostd's. Targets (issue #13):
 kept >= 0.8x at c32, p50 added <= +0.8 ms at c1, router CPU per request <= 0.35x hostd's (small model, c16).
@@ -82,6 +83,10 @@ def main() -> None:
         paddr = f"127.0.0.1:{free_port()}"
         passthru = subprocess.Popen([sys.executable, "-m", "bench.passthrough", paddr, haddr], cwd=ROOT)
         wait_serving(paddr, passthru)
+        saddr = f"127.0.0.1:{free_port()}"  # the same, reading the body in the handler as the router does
+        passread = subprocess.Popen([sys.executable, "-m", "bench.passthrough", saddr, haddr, "--read-in-handler"],
+                                    cwd=ROOT)
+        wait_serving(saddr, passread)
         nginx = None
         if not a.no_nginx:
             naddr = f"127.0.0.1:{free_port()}"
@@ -97,9 +102,10 @@ def main() -> None:
                 if nginx is not None:
                     pts["nginx"] = measured(naddr, x, c, a.seconds, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)})
                 pts["passthrough"] = measured(paddr, x, c, a.seconds, None, {"hostd": hostd.pid, "passthrough": passthru.pid})
+                pts["pass+read"] = measured(saddr, x, c, a.seconds, None, {"hostd": hostd.pid, "pass+read": passread.pid})
                 rows.append((c, pts))
         finally:
-            for p in (passthru, nginx, router, hostd):
+            for p in (passthru, passread, nginx, router, hostd):
                 if p is not None:
                     stop(p)
     print(f"{'conc':>4} | {'path':<11} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "

@@ -88,6 +88,20 @@ class CatalogView:
         except (asyncio.TimeoutError, StorageError):
             raise _storage_down(f"model {model!r}") from None
 
+    async def recheck(self, tenant: str, model: str, min_age_s: float = 0.5) -> CatalogItem:
+        """The item listed again now (single flight), for a version the cached listing lacks: a version
+        published a moment ago is callable by its number at once, not a TTL later. A listing younger than
+        `min_age_s` is kept, so asking for versions that do not exist costs storage at most one listing per
+        model every `min_age_s`. Storage down: the cached item."""
+        key = (tenant, model)
+        known = self._known.get(key)
+        if known is None or self._clock() - known.fetched < min_age_s:
+            return await self.item(tenant, model)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._refresh(key)), self._timeout)
+        except (asyncio.TimeoutError, StorageError):
+            return known
+
     def _refresh(self, key: tuple[str, str]) -> asyncio.Task[CatalogItem]:
         task = self._inflight.get(key)
         if task is None:

@@ -93,7 +93,11 @@ class ModelManager:
         try:
             v = resolve_version(item.versions, item.policy, version or None, self._rng.random())
         except VersionNotFound:
-            raise NotFound(f"model {shown(model)} version {shown(version or '')} not found") from None
+            item = await self.catalog.recheck(tenant, model)  # published since the listing was cached?
+            try:
+                v = resolve_version(item.versions, item.policy, version or None, self._rng.random())
+            except VersionNotFound:
+                raise NotFound(f"model {shown(model)} version {shown(version or '')} not found") from None
         key = (tenant, model, v)
         e = self.entries.get(key)
         if e is None:

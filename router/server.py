@@ -16,7 +16,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ground import tls
-from ground.interceptors import ErrorInterceptor
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
 from ground.settings import S3Settings
@@ -191,8 +190,7 @@ class Router:
     async def start(self) -> None:
         s = self.settings
         limit = s.max_message_bytes
-        self.server = aio.server(
-            interceptors=[ErrorInterceptor()],
+        self.server = aio.server(  # no interceptor: each handler is wrapped once (ground/interceptors.py)
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
                      ("grpc.so_reuseport", 0)]
             # a client's calls past this many on one connection wait in the client: bounds the bytes one

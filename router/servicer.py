@@ -2,7 +2,8 @@
 method takes and returns raw bytes (a generic handler without deserializers), converts, and calls the parts
 that decide: authentication, the tenant's catalog (directory), admission, then the dispatcher (placement,
 forwarding, retries). ModelInfer reads only the routing header (router/header.py) and forwards the request
-bytes unchanged. Errors are ServingErrors and become statuses in the one ErrorInterceptor.
+bytes unchanged. Errors are ServingErrors and become statuses in one place (ground/interceptors.py
+with_error_boundary, applied to each handler where it is registered).
 
 Bounds between tenants (PRODUCT.md, "Trust boundaries"):
 - Bytes in flight: a ModelInfer call is authenticated and checked against its tenant's byte budget, for a body
@@ -34,6 +35,7 @@ from ground import __version__
 from ground.deadlines import deadline_at, remaining_s
 from ground.errors import (Forwarded, InvalidArgument, PermissionDenied, ResourceExhausted, ServingError, Unauthenticated,
                            Unavailable)
+from ground.interceptors import with_error_boundary
 from ground.inflight_policy import InflightBytes, budget_of
 from ground.params import param_int
 from ground.settings import RouterSettings
@@ -90,7 +92,7 @@ class RouterServicer:
         handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(self.infer_call)
         # a stream of ModelInfer requests, each taking ModelInfer's path (router/streaming.py)
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(stream_handler(self))
-        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        return grpc.method_handlers_generic_handler(SERVICE, {n: with_error_boundary(h) for n, h in handlers.items()})
 
     # -- front door -------------------------------------------------------------------------------
 

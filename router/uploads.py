@@ -54,6 +54,7 @@ from pydantic import ValidationError
 from catalog.index import CatalogUnavailable, RedisCatalog
 from catalog.publish import VersionExists, next_version, publish_new_version
 from catalog.repository import ModelRepository
+from ground.interceptors import with_error_boundary
 from ground.errors import (AlreadyExists, DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted,
                            ServingError, Unavailable, shown)
 from ground.manifest import ModelFormat, ModelManifest, TensorSpec, check_name
@@ -187,7 +188,7 @@ class Uploads:
     def handler(self) -> grpc.GenericRpcHandler:
         # raw bytes in (decoded here: INVALID_ARGUMENT for a malformed message, never grpc's UNKNOWN)
         return grpc.method_handlers_generic_handler(UPLOADS_SERVICE, {
-            "Publish": grpc.stream_unary_rpc_method_handler(self.publish),
+            "Publish": with_error_boundary(grpc.stream_unary_rpc_method_handler(self.publish)),
         })
 
     async def publish(self, request_iterator, context: aio.ServicerContext) -> bytes:

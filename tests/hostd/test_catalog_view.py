@@ -124,3 +124,29 @@ def test_unknown_names_cost_bounded_memory(repo):
         view.close()
 
     asyncio.run(run())
+
+
+def test_a_version_published_since_the_listing_is_found_by_recheck_at_most_once_per_interval(repo, tmp_path):
+    """A version the cached listing lacks is listed again at once (a tenant's upload is callable by its number
+    straight away), but asking for versions that do not exist lists at most once per min_age_s."""
+    async def run() -> None:
+        clock = Clock()
+        view = CatalogView(repo, ttl_s=60.0, clock=clock)
+        assert (await view.item("acme", "m")).versions == ["1"]
+        LocalStorage(tmp_path).put_bytes("tenants/acme/models/m/2/manifest.json", b"{}")
+        clock.now = 1.0
+        assert (await view.item("acme", "m")).versions == ["1"]  # the cached listing, within its TTL
+        assert (await view.recheck("acme", "m")).versions == ["1", "2"]
+        calls = repo.calls
+        for _ in range(20):  # versions nobody published: no listing until min_age_s has passed
+            await view.recheck("acme", "m", min_age_s=0.5)
+        assert repo.calls == calls
+        clock.now = 2.0
+        await view.recheck("acme", "m", min_age_s=0.5)
+        assert repo.calls == calls + 1
+        repo.fail = True  # storage down: the cached listing
+        clock.now = 3.0
+        assert (await view.recheck("acme", "m")).versions == ["1", "2"]
+        view.close()
+
+    asyncio.run(run())

@@ -246,6 +246,8 @@ def test_access_log_lines_are_a_sim_trace(cluster, routers):
         return next((json.loads(x) for x in text.splitlines() if '"trace-me"' in x), None)
 
     rec = wait_until(line, what="access log line")
+    # lines are written in batches by a thread: wait for the refusal's line too before reading the log as a trace
+    wait_until(lambda: '"secret"' in r.access_log.read_text(), what="the NOT_FOUND line")
     assert rec["tenant"] == "acme" and rec["model"] == "m03" and rec["version"] == "1" and rec["status"] == "OK"
     assert rec["host"] in [h.addr for h in cluster.hostds]
     assert rec["size_bytes"] == (cluster.workdir / "acme.onnx").stat().st_size  # the hostd's mmhost-served

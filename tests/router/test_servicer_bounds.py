@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
+from grpc import aio
 
-from ground.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from ground.errors import NotFound, PermissionDenied, ResourceExhausted
 from ground.inflight_policy import ByteBudget, InflightBytes
+from ground.wire import REASON
 from protos import grpc_service_pb2 as pb
 from router.servicer import MAX_CONTROL_BODY
 from tests.router.fakes import C, Call, cluster_of, infer, refusal, status
@@ -52,8 +55,19 @@ def test_bodies_of_other_calls_are_bounded():
     handler = dict(rig.servicer.handler()._method_handlers)  # type: ignore[attr-defined]
     meta = handler["/inference.GRPCInferenceService/ModelMetadata"].unary_unary
     body = pb.ModelMetadataRequest(name="m").SerializeToString() + b"\x1a" + b"\xff\xff\x3f" + b"x" * MAX_CONTROL_BODY
-    with pytest.raises(InvalidArgument):
-        asyncio.run(meta(body, FakeContext()))
+
+    class Ended(FakeContext):  # the registered handler ends the call with a status (ground/interceptors.py)
+        def set_trailing_metadata(self, md) -> None:
+            self.trailers = dict(md)
+
+        async def abort(self, code, details):
+            self.status = code
+            raise aio.AbortError()
+
+    ctx = Ended()
+    with pytest.raises(aio.AbortError):
+        asyncio.run(meta(body, ctx))
+    assert ctx.status == grpc.StatusCode.INVALID_ARGUMENT and ctx.trailers[REASON] == "invalid_argument"
     assert rig.hosts.calls == []
 
 

@@ -19,10 +19,12 @@ import grpc
 import numpy as np
 import pytest
 
+from catalog.index import connect_redis
 from ground.wire import REASON, UPLOADS_SERVICE
 from mmhost.demo_models import build_onnx_mlp
 from mmhost.upload_client import PublishFailed, RouterTarget, header, publish
 from protos import uploads_pb2 as pb
+from router.tenants import RedisTenants
 from tests.router.conftest import IN_DIM, auth, infer_request
 from tests.router.router_proc import RouterProc
 from tests.servers import REPO
@@ -37,8 +39,19 @@ def _gauge(r: RouterProc, name: str) -> float:
     return -1.0
 
 
+# The uploading tenant is this module's own: what it publishes (a model named like globex's included) stays
+# out of the tenants the other modules of the shared cluster list and assert on.
+TENANT = "uploader"
+_KEY: dict[str, str] = {}
+
+
+def _key(cluster) -> str:
+    return _KEY[cluster.redis_url]
+
+
 @pytest.fixture(scope="module")
 def router(cluster, tmp_path_factory):
+    _KEY[cluster.redis_url] = RedisTenants(connect_redis(cluster.redis_url), cluster.prefixes["tenants"]).create(TENANT)
     env = {**cluster.env, "MMHOST_ROUTER_UPLOADS": "true", "MMHOST_ROUTER_UPLOAD_MAX_BYTES": str(LIMIT)}
     r = RouterProc(tmp_path_factory.mktemp("upload-router"), cluster.router_args(), env)
     t0 = time.monotonic()
@@ -123,25 +136,25 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     run = subprocess.run(
         [sys.executable, "-m", "mmhost.cli", "upload", str(models / "a.onnx"), "--router", router.addr, "--plaintext",
-         "--api-key", cluster.keys["acme"], "--model", "uploaded", "--description", "by the tenant"],
+         "--api-key", _key(cluster), "--model", "uploaded", "--description", "by the tenant"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "1"
-    np.testing.assert_allclose(_infer(router, cluster.keys["acme"], "uploaded"), _want(models / "a.onnx", _x()),
+    np.testing.assert_allclose(_infer(router, _key(cluster), "uploaded"), _want(models / "a.onnx", _x()),
                                rtol=1e-5, atol=1e-5)
     stored = sorted(k for k in _keys(cluster) if "/uploaded/" in k)
-    assert stored == ["tenants/acme/models/uploaded/1/manifest.json", "tenants/acme/models/uploaded/1/model.onnx"]
-    m = _manifest(cluster, "tenants/acme/models/uploaded/1/manifest.json")
-    assert (m["tenant"], m["model"], m["version"], m["description"]) == ("acme", "uploaded", "1", "by the tenant")
+    assert stored == ["tenants/uploader/models/uploaded/1/manifest.json", "tenants/uploader/models/uploaded/1/model.onnx"]
+    m = _manifest(cluster, "tenants/uploader/models/uploaded/1/manifest.json")
+    assert (m["tenant"], m["model"], m["version"], m["description"]) == (TENANT, "uploaded", "1", "by the tenant")
     assert m["uploaded_by"].endswith("(API key)")
     # a second upload is version 2: callable by its number at once, and the default once the hostds' catalog
     # view has refreshed (a couple of seconds)
-    res = publish(_target(router, cluster.keys["acme"]), header(models / "b.onnx", "uploaded"), models / "b.onnx")
+    res = publish(_target(router, _key(cluster)), header(models / "b.onnx", "uploaded"), models / "b.onnx")
     assert (res.version, res.indexed) == ("2", True)
     want = _want(models / "b.onnx", _x())
-    np.testing.assert_allclose(_infer(router, cluster.keys["acme"], "uploaded", "2"), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_infer(router, _key(cluster), "uploaded", "2"), want, rtol=1e-5, atol=1e-5)
     t0 = time.monotonic()
-    while not np.allclose(_infer(router, cluster.keys["acme"], "uploaded"), want, rtol=1e-5, atol=1e-5):
+    while not np.allclose(_infer(router, _key(cluster), "uploaded"), want, rtol=1e-5, atol=1e-5):
         assert time.monotonic() - t0 < 30, "version 2 never became the default"
         time.sleep(0.2)
 
@@ -152,11 +165,11 @@ def test_the_tenant_is_the_keys_whatever_the_client_says(router, cluster, models
                                        response_deserializer=pb.PublishResponse.FromString)
     from mmhost.upload_client import requests
 
-    md = (*auth(cluster.keys["acme"]), ("mmhost-tenant", "globex"))
+    md = (*auth(_key(cluster)), ("mmhost-tenant", "globex"))
     res = call(requests(header(f, "claims_globex"), f), metadata=md, timeout=60)
     assert res.version == "1"
     stored = [k for k in _keys(cluster) if "/claims_globex/" in k]
-    assert stored and all(k.startswith("tenants/acme/models/claims_globex/") for k in stored)
+    assert stored and all(k.startswith("tenants/uploader/models/claims_globex/") for k in stored)
 
 
 @pytest.mark.parametrize("model,version", [
@@ -165,27 +178,27 @@ def test_the_tenant_is_the_keys_whatever_the_client_says(router, cluster, models
 ])
 def test_names_that_would_leave_the_prefix_are_refused_and_write_nothing(router, cluster, models, model, version):
     before = _keys(cluster)
-    e = _refused(router, cluster.keys["acme"], models / "a.onnx", model, version=version)
+    e = _refused(router, _key(cluster), models / "a.onnx", model, version=version)
     assert e.code == "INVALID_ARGUMENT", e
     assert _keys(cluster) == before
 
 
 def test_a_corrupt_model_is_refused_and_leaves_no_manifest(router, cluster, models):
     before = _keys(cluster)
-    e = _refused(router, cluster.keys["acme"], models / "corrupt.onnx", "corrupt")
+    e = _refused(router, _key(cluster), models / "corrupt.onnx", "corrupt")
     assert (e.code, e.reason) == ("INVALID_ARGUMENT", "model_invalid")
     assert "corrupt does not load as onnx" in str(e)
     assert _keys(cluster) == before
     pickle_file = models / "pickle.pt"
     pickle_file.write_bytes(b"\x80\x04" + b"x" * 64)
-    e = _refused(router, cluster.keys["acme"], pickle_file, "pickled")
+    e = _refused(router, _key(cluster), pickle_file, "pickled")
     assert (e.code, e.reason) == ("INVALID_ARGUMENT", "model_invalid") and "pickle" in str(e)
     assert _keys(cluster) == before
 
 
 def test_an_oversize_upload_is_refused_before_it_is_all_sent(router, cluster, models):
     before = _keys(cluster)
-    e = _refused(router, cluster.keys["acme"], models / "big.onnx", "big")  # the header says so: refused at once
+    e = _refused(router, _key(cluster), models / "big.onnx", "big")  # the header says so: refused at once
     assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", "upload_too_large")
     # a client that states no size: refused once the bytes pass the limit, long before it has sent them all
     sent = itertools.count()
@@ -200,7 +213,7 @@ def test_an_oversize_upload_is_refused_before_it_is_all_sent(router, cluster, mo
     call = router.channel.stream_unary(f"/{UPLOADS_SERVICE}/Publish", request_serializer=pb.PublishRequest.SerializeToString,
                                        response_deserializer=pb.PublishResponse.FromString)
     with pytest.raises(grpc.RpcError) as err:
-        call(endless(), metadata=auth(cluster.keys["acme"]), timeout=60)
+        call(endless(), metadata=auth(_key(cluster)), timeout=60)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert dict(err.value.trailing_metadata())[REASON] == "upload_too_large"
     # the limit, plus the stream window (stream_window_bytes, 1 MiB) and what gRPC buffers: 2.0 MB measured
@@ -222,27 +235,35 @@ def test_a_missing_or_unknown_key_is_unauthenticated(router, cluster, models, ke
     assert _keys(cluster) == before
 
 
+def _metadata(router, key: str, model: str):
+    from protos import grpc_service_pb2 as gpb
+
+    return router.stub.ModelMetadata(gpb.ModelMetadataRequest(name=model), metadata=auth(key), timeout=30)
+
+
 def test_another_tenants_model_of_the_same_name_is_neither_seen_nor_touched(router, cluster, models):
-    acme, globex = cluster.keys["acme"], cluster.keys["globex"]
+    mine, globex = _key(cluster), cluster.keys["globex"]
     theirs = {k: v for k, v in _keys(cluster).items() if k.startswith("tenants/globex/models/secret/")}
-    globex_before = _infer(router, globex, "secret")
-    # acme names globex's model: it gets version 1 of a model of its own (the numbering sees only acme's prefix)
-    res = publish(_target(router, acme), header(models / "a.onnx", "secret"), models / "a.onnx")
+    # globex's model as globex sees it (metadata: no inference, so it is not loaded, and the shared cluster's
+    # other modules still find it absent from every hostd)
+    globex_before = _metadata(router, globex, "secret")
+    # the uploader names globex's model: it gets version 1 of a model of its own (numbering sees only its prefix)
+    res = publish(_target(router, mine), header(models / "a.onnx", "secret"), models / "a.onnx")
     assert res.version == "1"
     after = _keys(cluster)
     assert {k: v for k, v in after.items() if k.startswith("tenants/globex/models/secret/")} == theirs
-    assert "tenants/acme/models/secret/1/manifest.json" in after
-    np.testing.assert_allclose(_infer(router, acme, "secret"), _want(models / "a.onnx", _x()), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(_infer(router, globex, "secret"), globex_before)
+    assert "tenants/uploader/models/secret/1/manifest.json" in after
+    np.testing.assert_allclose(_infer(router, mine, "secret"), _want(models / "a.onnx", _x()), rtol=1e-5, atol=1e-5)
+    assert _metadata(router, globex, "secret") == globex_before
     # and a version of its own that exists is refused as such, not overwritten
-    e = _refused(router, acme, models / "b.onnx", "secret", version="1")
+    e = _refused(router, mine, models / "b.onnx", "secret", version="1")
     assert (e.code, e.reason) == ("ALREADY_EXISTS", "version_exists")
-    assert _keys(cluster)["tenants/acme/models/secret/1/model.onnx"] == after["tenants/acme/models/secret/1/model.onnx"]
+    assert _keys(cluster)["tenants/uploader/models/secret/1/model.onnx"] == after["tenants/uploader/models/secret/1/model.onnx"]
 
 
 def test_uploads_are_counted(router):
     text = router.metrics_text()
-    assert 'mmhost_router_uploads_total{outcome="ok",tenant="acme"}' in text
-    assert 'mmhost_router_uploads_total{outcome="model_invalid",tenant="acme"}' in text
-    assert 'mmhost_router_uploads_total{outcome="upload_too_large",tenant="acme"}' in text
+    assert 'mmhost_router_uploads_total{outcome="ok",tenant="uploader"}' in text
+    assert 'mmhost_router_uploads_total{outcome="model_invalid",tenant="uploader"}' in text
+    assert 'mmhost_router_uploads_total{outcome="upload_too_large",tenant="uploader"}' in text
     assert _gauge(router, "mmhost_router_uploads_in_progress") == 0

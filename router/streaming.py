@@ -28,6 +28,7 @@ from grpc import aio
 
 from ground.errors import InvalidArgument, ServingError
 from ground.streaming import MAX_INFLIGHT, abort_stream, error_response, serve_stream
+from ground.varint import encode_varint
 from router.header import read_header
 
 if TYPE_CHECKING:
@@ -38,16 +39,7 @@ _INFER_RESPONSE_TAG = b"\x12"  # ModelStreamInferResponse.infer_response: field 
 
 def wrap_response(infer_response: bytes) -> bytes:
     """ModelStreamInferResponse(infer_response=...) serialized, from the ModelInferResponse's bytes."""
-    n, size = len(infer_response), bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            size.append(b | 0x80)
-        else:
-            size.append(b)
-            break
-    return b"".join((_INFER_RESPONSE_TAG, bytes(size), infer_response))
+    return b"".join((_INFER_RESPONSE_TAG, encode_varint(len(infer_response)), infer_response))
 
 
 def failed(body: bytes | None, err: Exception) -> bytes:

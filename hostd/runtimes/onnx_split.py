@@ -22,6 +22,8 @@ import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ground.varint import encode_varint
+
 # Field numbers from onnx.proto3
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
@@ -81,16 +83,6 @@ def _varint(b: memoryview, i: int, end: int) -> tuple[int, int]:
             return r, i
 
 
-def _encode_varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        c = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(c | 0x80)
-        else:
-            out.append(c)
-            return bytes(out)
 
 
 def _fields(b: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
@@ -118,7 +110,7 @@ def _fields(b: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int
 
 
 def _len_field(field: int, payload: bytes) -> bytes:
-    return _encode_varint(field << 3 | _LEN) + _encode_varint(len(payload)) + payload
+    return encode_varint(field << 3 | _LEN) + encode_varint(len(payload)) + payload
 
 
 def _external_tensor(b: memoryview, header: int, start: int, end: int, location: bytes,
@@ -150,7 +142,7 @@ def _external_tensor(b: memoryview, header: int, start: int, end: int, location:
             offset -= shift
     for k, v in ((b"location", location), (b"offset", str(offset).encode()), (b"length", str(raw[1]).encode())):
         kept += _len_field(_TENSOR_EXTERNAL_DATA, _len_field(1, k) + _len_field(2, v))
-    kept += _encode_varint(_TENSOR_DATA_LOCATION << 3) + _encode_varint(1)  # DataLocation.EXTERNAL
+    kept += encode_varint(_TENSOR_DATA_LOCATION << 3) + encode_varint(1)  # DataLocation.EXTERNAL
     return bytes(kept)
 
 

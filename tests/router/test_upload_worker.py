@@ -30,7 +30,8 @@ def test_a_worker_killed_by_a_signal_is_the_models_failure():
 
 
 def test_a_hanging_worker_is_killed_at_the_timeout():
-    u = _uploads("import sys, time; sys.stdin.read(); time.sleep(60)", timeout_s=0.5)
+    # a worker that never answers: it blocks on an event nobody sets (the router's timeout must kill it)
+    u = _uploads("import sys, threading; sys.stdin.read(); threading.Event().wait()", timeout_s=0.5)
     with pytest.raises(InvalidArgument) as e:
         asyncio.run(u._validate({"model": "m"}))
     assert e.value.reason == "model_invalid" and "within 0.5 s" in e.value.message

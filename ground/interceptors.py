@@ -15,6 +15,7 @@ failed transport and mark a healthy host down for)."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Mapping
 
 import logging
 import secrets
@@ -95,14 +96,16 @@ def _wrap_stream_unary(behavior):
     return wrapper
 
 
-def with_error_boundary(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def with_error_boundary(handler: grpc.RpcMethodHandler,
+                        deserializer: Callable[[bytes], object] | None = None) -> grpc.RpcMethodHandler:
     """`handler` with its errors turned into statuses (unary and stream-unary handlers; others as they are).
     A server that builds its own handlers (the router) wraps each once where it registers it, with no
     interceptor at all: an aio interceptor is a coroutine on every call (~100 us a call on the router at
-    concurrency 16, bench/passthrough.py with and without one)."""
+    concurrency 16, bench/passthrough.py with and without one). `deserializer`: decodes a unary request's
+    bytes instead of the handler's own (hostd's ModelInfer: hostd/wire_request.py)."""
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary, handler.request_deserializer),
+            _wrap_unary(handler.unary_unary, deserializer or handler.request_deserializer),
             request_deserializer=None,  # raw bytes in: decoded inside the wrapper (INVALID_ARGUMENT on failure)
             response_serializer=handler.response_serializer,
         )
@@ -116,10 +119,12 @@ def with_error_boundary(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
 
 class ErrorInterceptor(aio.ServerInterceptor):
     """For servers whose handlers come from generated code (hostd): wraps each unary handler once and
-    reuses the wrapper; intercept_service runs on every call."""
+    reuses the wrapper; intercept_service runs on every call. `decoders`: per method ('/package.Service/Method'),
+    a decoder to use instead of the generated deserializer."""
 
-    def __init__(self) -> None:
+    def __init__(self, decoders: Mapping[str, Callable[[bytes], object]] | None = None) -> None:
         self._wrapped: dict[int, tuple[object, grpc.RpcMethodHandler]] = {}
+        self._decoders = dict(decoders or {})
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -128,7 +133,7 @@ class ErrorInterceptor(aio.ServerInterceptor):
         hit = self._wrapped.get(id(handler))
         if hit is not None and hit[0] is handler:
             return hit[1]
-        wrapped = with_error_boundary(handler)
+        wrapped = with_error_boundary(handler, self._decoders.get(handler_call_details.method))
         if len(self._wrapped) > 1024:  # handlers are per method; a server that builds them per call stays bounded
             self._wrapped.clear()
         self._wrapped[id(handler)] = (handler, wrapped)  # holding `handler` keeps its id from being reused

@@ -35,7 +35,12 @@ def output_names(items: Sequence[BatchItem]) -> list[str]:
 def merge_inputs(items: Sequence[BatchItem]) -> dict[str, np.ndarray]:
     """One input per name: the requests' arrays stacked along the first (batch) axis, in batch order."""
     if len(items) == 1:
-        return items[0].inputs
+        ins = items[0].inputs
+        if all(v.flags.aligned for v in ins.values()):
+            return ins
+        # a tensor viewed in place in its request's bytes may be unaligned for its type: copied here, in the
+        # worker thread (numpy copies without the GIL), not by the runtime or on the event loop
+        return {k: v if v.flags.aligned else v.copy() for k, v in ins.items()}
     return {k: np.concatenate([it.inputs[k] for it in items]) for k in items[0].inputs}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -152,21 +152,23 @@ class DataPlane:
 
     # ---- inference ------------------------------------------------------------------------------------
     async def infer(self, tenant: str, request: pb.ModelInferRequest,
-                    remaining: float | None = None, served: Served | None = None) -> pb.ModelInferResponse:
+                    remaining: float | None = None, served: Served | None = None,
+                    raw: Sequence[memoryview] | None = None) -> pb.ModelInferResponse:
         """One inference call. `remaining`: seconds left on the call's gRPC deadline (None for none).
+        `raw`: the raw input values, when they were split out of the request (hostd/wire_request.py).
         `served`, when given, is filled in as the call goes: the version and its size once resolved, the
         seconds waited for a load, queued and computing (the `mmhost-served` trailer)."""
         self.inflight += 1
         self._quiet.clear()
         try:
-            return await self._infer(tenant, request, remaining, served)
+            return await self._infer(tenant, request, remaining, served, raw)
         finally:
             self.inflight -= 1
             if self.inflight == 0:
                 self._quiet.set()
 
     async def _infer(self, tenant: str, request: pb.ModelInferRequest, remaining: float | None,
-                     served: Served | None):
+                     served: Served | None, raw: Sequence[memoryview] | None):
         t0 = self._clock()
         model = request.model_name
         e = None
@@ -177,7 +179,7 @@ class DataPlane:
                                   retry_after_ms=DRAIN_RETRY_AFTER_MS)
             # raw tensors: the size on the wire is their size (walking them would copy each); typed contents
             # take more room decoded than on the wire: counted element by element
-            n = (WIRE_BYTES.get() if len(request.raw_input_contents) else 0) or request_bytes(request)
+            n = (WIRE_BYTES.get() if raw or len(request.raw_input_contents) else 0) or request_bytes(request)
             grant = self.inflight_bytes.acquire(tenant, n)
             if not grant.granted:
                 raise ResourceExhausted(grant.message, retry_after_ms=grant.retry_after_ms,
@@ -190,7 +192,7 @@ class DataPlane:
             if served is not None:
                 served.version, served.size_bytes = m.version, m.total_bytes
             deadline = infer_deadline(t0, remaining, request.parameters)
-            decoded = decode_request(request, m, self.manager.settings.max_request_bytes)
+            decoded = decode_request(request, m, self.manager.settings.max_request_bytes, raw)
             t_ready = self._clock()
             runner = await self.manager.ready_runner(e, deadline)
             if served is not None:

@@ -32,6 +32,7 @@ from ground.settings import HeartbeatSettings
 from hostd.heartbeat import Heartbeat
 from ground import tls
 from ground.interceptors import ErrorInterceptor
+from hostd import wire_request
 from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
@@ -213,7 +214,7 @@ class Hostd:
         limit = s.max_request_bytes + (1 << 20)
         self.server = aio.server(
             # the router-certificate check first: nothing reads mmhost-tenant before it passed
-            interceptors=[*tls.hostd_interceptors(s), ErrorInterceptor()],
+            interceptors=[*tls.hostd_interceptors(s), ErrorInterceptor(wire_request.DECODERS)],
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
                      ("grpc.so_reuseport", 0)],
         )

@@ -28,6 +28,7 @@ from hostd.dataplane import DataPlane
 from hostd.metrics import HostdMetrics
 from hostd.model_config import model_config
 from hostd import streaming
+from hostd.wire_request import RAW_INPUTS
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 
@@ -137,7 +138,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The answer carries `mmhost-served` (ground/served.py) once the model version is known, OK or not."""
         served = Served()
         try:
-            resp = await self.plane.infer(self._tenant(context), request, context.time_remaining(), served)
+            resp = await self.plane.infer(self._tenant(context), request, context.time_remaining(), served,
+                                          raw=RAW_INPUTS.get())
         except ServingError as e:
             if served.version:  # one error object may fail a whole batch: replace, never append to, its trailer
                 e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))

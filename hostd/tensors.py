@@ -1,13 +1,15 @@
 """Between v2 protobuf tensors and numpy, with validation against the model's signature.
 
-Raw inputs (`raw_input_contents`) are read with one copy, the one protobuf makes when a bytes field is read
-out of its message; np.frombuffer then views those bytes without copying. Typed `contents` are read from
+Raw inputs (`raw_input_contents`) of a large request arrive as views into its body (hostd/wire_request.py)
+and become np.frombuffer views of it, with no copy; a small request's are read with one copy, the one
+protobuf makes when a bytes field is read out of its message. Typed `contents` are read from
 the matching repeated field. Every problem is an InvalidArgument naming the tensor and what was wrong.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,9 +120,12 @@ def encode_bytes_raw(arr: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int) -> DecodedRequest:
+def decode_request(req: pb.ModelInferRequest, m: ModelManifest, max_bytes: int,
+                   raw: Sequence[memoryview] | None = None) -> DecodedRequest:
+    """`raw`: the raw input values split out of the request's bytes (hostd/wire_request.py), if they were;
+    else the request's own raw_input_contents."""
     specs = {t.name: t for t in m.inputs}
-    raw_list = req.raw_input_contents
+    raw_list: Sequence = raw if raw is not None else req.raw_input_contents
     use_raw = len(raw_list) > 0
     if use_raw and len(raw_list) != len(req.inputs):
         raise InvalidArgument(

@@ -28,7 +28,7 @@ from grpc import aio
 
 from ground.errors import InvalidArgument, ServingError
 from ground.streaming import MAX_INFLIGHT, abort_stream, error_response, serve_stream
-from ground.varint import encode_varint
+from ground.protowire import encode_varint
 from router.header import read_header
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ground.varint import encode_varint
+from ground.protowire import encode_varint
 
 # Field numbers from onnx.proto3
 _MODEL_GRAPH = 7

@@ -52,3 +52,15 @@ def test_an_output_without_one_row_per_input_row_cannot_be_batched(bad):
     reqs = [Req({"x": np.zeros((2, 1))}), Req({"x": np.zeros((2, 1))})]
     with pytest.raises(Internal, match="cannot be batched"):
         split_outputs({"y": np.asarray(bad)}, reqs, "m")
+
+
+def test_an_unaligned_input_of_a_lone_request_is_copied_aligned():
+    """A large request's tensors are views into its body at any offset (hostd/wire_request.py): the runtime
+    gets an aligned copy, with the same values."""
+    body = bytes(1) + np.arange(12, dtype=np.float32).tobytes()
+    x = np.frombuffer(memoryview(body)[1:], dtype=np.float32).reshape(3, 4)
+    assert not x.flags.aligned
+    it = Req({"x": x})
+    merged = merge_inputs([it])
+    assert merged["x"].flags.aligned and merged["x"].flags.c_contiguous
+    np.testing.assert_array_equal(merged["x"], np.arange(12, dtype=np.float32).reshape(3, 4))

@@ -229,8 +229,8 @@ def real_run(wl: Workload, a: argparse.Namespace, t: Path) -> dict:
         sizes.setdefault(k, int(file_bytes[k] * ratio))
     loads = sum(sum(h[-1].loads.values()) - sum(h[0].loads.values()) for h in series)
     path = {st: sum(h[-1].path.get(st, 0.0) - h[0].path.get(st, 0.0) for h in series) / max(loads, 1) for st in STAGES}
-    recs = [json.loads(line) for line in access.read_text().splitlines() if line.strip()]
-    recs = [r for r in recs if r["tenant"] != "warm"]
+    recs_all = [json.loads(line) for line in access.read_text().splitlines() if line.strip()]
+    recs = [r for r in recs_all if r["tenant"] != "warm"]
     tb: dict[float, float] = {}
     for h in series:
         for le, c in h[-1].total_buckets.items():
@@ -240,7 +240,8 @@ def real_run(wl: Workload, a: argparse.Namespace, t: Path) -> dict:
                                             * path["total"] for q in (0.9, 0.99))
     evictions = {k: sum(getattr(h[-1], a) - getattr(h[0], a) for h in series)
                  for k, a in (("capacity", "evictions"), ("watermark", "watermark_evictions"))}
-    cfg = calibrate_cluster(series, [[r0, r1]], sizes)
+    # the time outside hostd per request from the router's access log (what `sim calibrate --access-log` reads)
+    cfg = calibrate_cluster(series, [[r0, r1]], sizes, access_log=recs)
     if a.keep:
         d = a.keep / a.trace_name
         d.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,9 @@ def calibrate_cmd(
     samples: Annotated[int, typer.Option(min=1, help="scrapes of each URL (2 or more: load samples per interval)")] = 2,
     interval: Annotated[float, typer.Option(min=0.0, help="seconds between scrapes")] = 10.0,
     timeout: Annotated[float, typer.Option(help="seconds per scrape")] = 5.0,
+    access_log: Annotated[Path | None, typer.Option(
+        "--access-log", help="a router's access log (JSON lines) from the same traffic: the exact spread of the "
+        "time requests spend outside hostd (default: estimated from the metrics' histograms)")] = None,
 ) -> None:
     """Measure a running cluster and write a sim config: hosts, device budget, watermarks, RAM tier, slots, load
     workers, load and compute costs, per-request overhead outside hostd."""
@@ -67,7 +70,12 @@ def calibrate_cmd(
             raise typer.BadParameter(f"{u}: not a hostd's or a router's metrics page", param_hint="--from-metrics")
     if not hosts:
         raise typer.BadParameter("no hostd among the URLs: the costs come from hostd metrics", param_hint="--from-metrics")
-    cfg = calibrate_cluster(hosts, routers)
+    records = []
+    if access_log is not None:
+        from sim.trace import access_records
+
+        records = access_records(access_log)
+    cfg = calibrate_cluster(hosts, routers, access_log=records)
     SimConfig.model_validate(cfg)  # what sim run will read
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(cfg, indent=1) if out.suffix == ".json" else yaml.safe_dump(cfg, sort_keys=False))

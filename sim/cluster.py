@@ -164,6 +164,7 @@ class Cluster:
         self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
                                                    "total": []}
         self._rng = random.Random(cfg.seed)
+        self._overhead_rng = random.Random(cfg.seed + 1_000_003)  # its own stream: the load draws stay as they were
         self._window_draw: dict[int, float] = {}
         self.evictions = {"capacity": 0, "watermark": 0}
 
@@ -411,9 +412,9 @@ class Cluster:
     def _batch_done(self, host: SimHost, m: int, seqs: tuple[int, ...]) -> None:
         now = self.loop.now
         lat = self.stats[self._tenant_of[m]].latencies
-        extra = self.costs.request_overhead_s
+        draw, extra = self._overhead_rng.random, self.costs.overhead_seconds
         for s in seqs:
-            lat.append(now - self._arrival.pop(s) + extra)
+            lat.append(now - self._arrival.pop(s) + extra(draw()))
         host.running -= 1
         self._apply(host, host.dispatch.finish(m, len(seqs), now))
         hm = host.models.get(m)

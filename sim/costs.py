@@ -12,6 +12,9 @@ Build it from measured numbers with `calibrate(data)`; `data` is a dict (or JSON
 Both forms may be mixed; fitted samples override direct numbers.
 "request_overhead_s" (direct only): time every served request spends outside queue, load and compute
 (RPC hops, router, tensor conversion), added to each simulated latency; 0 by default.
+"request_overhead_spread" (direct): the same as a distribution, [[seconds, cumulative probability], ...]: each
+served request draws its own (on a busy host the time outside hostd has a long tail: on one kept run a median
+of 2.5 ms and a p99 of 17 ms). It replaces request_overhead_s where given.
 
 A load has two stages, as in hostd (sim/loadpool.py): the first on a load worker (size x load_s_per_byte of
 its tier, plus first_fixed_s: fetch and verify, or a copy from host RAM), the second under the loader's lock,
@@ -62,6 +65,15 @@ class CostModel:
     locked_spread: tuple[tuple[float, float], ...] = ()  # (multiplier, cumulative probability), mean 1
     locked_corr: float = 0.0  # chance that a load's draw is its window's (streaks of slow loads)
     locked_window_s: float = 1.0
+    # (seconds, cumulative probability): how the time outside hostd varies per request; empty: request_overhead_s
+    overhead_spread: tuple[tuple[float, float], ...] = ()
+
+    def overhead_seconds(self, u: float) -> float:
+        """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1)."""
+        pts = self.overhead_spread
+        if not pts:
+            return self.request_overhead_s
+        return float(np.interp(u, [p for _, p in pts], [x for x, _ in pts]))
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.first_seconds(size, tier) + self.locked_seconds(size)
@@ -165,4 +177,6 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
                    fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
                    locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)),
                    locked_corr=float(data.get("locked_corr", cm.locked_corr)),
-                   locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)))
+                   locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)),
+                   overhead_spread=tuple((float(x), float(p))
+                                         for x, p in data.get("request_overhead_spread", cm.overhead_spread)))

@@ -161,3 +161,17 @@ def write_trace(wl: Workload, path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for rec in trace_records(wl):
             f.write(json.dumps(rec) + "\n")
+
+
+def access_records(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of an access log, in order; other lines (logs mixed in, partial lines) are skipped."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out

@@ -161,3 +161,56 @@ def test_a_window_shares_its_draw_when_streaks_are_calibrated():
     shared.run()
     a, b, c = shared.load_waits["locked"]
     assert a == b != c  # a and b in the window [0, 10), c in [20, 30)
+
+
+def test_the_time_outside_hostd_spread_from_an_access_log_is_each_requests_own():
+    """Per served request: total at the router minus hostd's load wait, queue and compute; refused and
+    malformed records are left out; the spread is an inverse CDF in seconds, non-decreasing."""
+    from sim.calibrate import OVERHEAD_QUANTILES, overhead_spread_from_log
+
+    recs = [{"status": "OK", "total_ms": 3.0 + i, "load_ms": 0.5, "queue_ms": 0.25, "compute_ms": 0.25}
+            for i in range(99)]  # overheads 2 .. 100 ms
+    recs += [{"status": "RESOURCE_EXHAUSTED", "total_ms": 500.0}, {"status": "OK"}]
+    spread = overhead_spread_from_log(recs)
+    assert len(spread) == len(OVERHEAD_QUANTILES)
+    assert spread[0] == [pytest.approx(0.002), 0.0] and spread[-1] == [pytest.approx(0.100), 1.0]
+    assert spread[len(spread) // 2][0] == pytest.approx(0.051)  # the median request's 51 ms
+    assert all(a[0] <= b[0] for a, b in zip(spread, spread[1:], strict=False))
+    assert overhead_spread_from_log([{"status": "UNAVAILABLE", "total_ms": 1.0}]) == []
+
+
+def test_the_time_outside_hostd_spread_from_histograms_is_the_difference_of_quantiles():
+    from sim.calibrate import overhead_spread
+
+    inf = float("inf")
+    # router: uniform 10-20 ms; hostd: everything under 5 ms (uniform 0-5): the difference runs ~10 -> ~15 ms
+    router = [RouterScrape(), RouterScrape(1.5, 100.0, {0.01: 0.0, 0.02: 100.0, inf: 100.0})]
+    host = [HostdScrape(), HostdScrape(requests=100.0, request_s=0.25, buckets={0.0: 0.0, 0.005: 100.0, inf: 100.0})]
+    spread = overhead_spread([host], [router])
+    xs = [x for x, _ in spread]
+    assert xs[0] == pytest.approx(0.010) and xs[-1] == pytest.approx(0.015, abs=1e-4)
+    assert xs == sorted(xs)
+    assert overhead_spread([host], []) == []
+
+
+def test_each_served_request_draws_its_time_outside_hostd_from_the_spread():
+    """With no loads to wait for and instant compute, the simulated latencies are the spread's draws: the
+    median and the tail of the spread come back, where a constant would give one value."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from sim.cluster import Cluster, ClusterConfig
+    from sim.costs import ComputeCost
+    from tests.sim.conftest import make_workload
+
+    wl = make_workload(["a"] * 2000, {"a": 1})
+    spread = {"request_overhead_s": 0.003, "request_overhead_spread": [[0.002, 0.0], [0.003, 0.5], [0.004, 0.9],
+                                                                        [0.020, 1.0]]}
+    cm = replace(calibrate(spread), load_fixed_s=0.0, compute_default=ComputeCost(0.0, 0.0))
+    res = Cluster(wl, ClusterConfig(device_bytes=10), cm).run().total
+    lat = np.asarray(res.latencies)
+    assert np.percentile(lat, 50) == pytest.approx(0.003, abs=2e-4)
+    assert 0.004 < np.percentile(lat, 99) < 0.020 and lat.min() >= 0.002
+    assert cm.overhead_seconds(0.95) == pytest.approx(0.012)
+    assert replace(cm, overhead_spread=()).overhead_seconds(0.95) == 0.003  # no spread: the constant

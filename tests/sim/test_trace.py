@@ -80,3 +80,11 @@ def test_non_ok_and_non_json_lines_are_skipped_counted_and_reported(tmp_path):
     # sizes from elsewhere (the store) win over the trace's
     wl, rep = read_trace_report(path, sizes_for=lambda keys: {k: 42 for k in keys})
     assert [m.size for m in wl.models] == [42, 42] and rep.sized_default == []
+
+
+def test_access_records_keep_the_json_objects_and_skip_the_rest(tmp_path):
+    from sim.trace import access_records
+
+    p = tmp_path / "access.jsonl"
+    p.write_text('{"status": "OK", "total_ms": 3.0}\nINFO router started\n[1, 2]\n\n{"status": "OK", "total_ms"')
+    assert access_records(p) == [{"status": "OK", "total_ms": 3.0}]

@@ -4,8 +4,6 @@ every alignment give the model's own answer."""
 
 from __future__ import annotations
 
-import random
-
 import grpc
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from ground.protowire import Malformed, split_bytes_field
 from hostd import wire_request
 from hostd.wire_request import RAW_FIELD, RAW_INPUTS, SPLIT_FROM, parse_infer_request
 from protos import grpc_service_pb2 as pb
+from tests.mutations import mutated
 from protos import grpc_service_pb2_grpc
 from tests.hostd.test_server import local_mlp, out_array
 
@@ -70,21 +69,8 @@ def test_repeated_and_interleaved_fields_keep_protobufs_meaning():
 def test_agrees_with_protobuf_on_mutated_bodies():
     """Random corruptions of a real request: the split accepts exactly what protobuf accepts, with the same
     fields and raw values (a few thousand mutations)."""
-    rng = random.Random(11)
     base = _request(300).SerializeToString()
-    for _ in range(3000):
-        b = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            op, k = rng.random(), rng.randrange(len(b) + 1)
-            if op < 0.4 and k < len(b):
-                b[k] = rng.randrange(256)
-            elif op < 0.6:
-                del b[k:k + rng.randint(1, 5)]
-            elif op < 0.8:
-                del b[k:]
-            else:
-                b[k:k] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
-        body = bytes(b)
+    for body in mutated(base, 3000, 11):
         try:
             full = pb.ModelInferRequest.FromString(body)
         except DecodeError:

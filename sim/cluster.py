@@ -164,6 +164,9 @@ class Cluster:
         self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
                                                    "total": []}
         self._rng = random.Random(cfg.seed)
+        # the measured-size spread as np.interp's (p, x) arrays, once: drawn at every load
+        self._size_points = (np.array([p for _, p in cfg.size_spread]), np.array([x for x, _ in cfg.size_spread])
+                             ) if cfg.size_spread else None
         self._overhead_rng = random.Random(cfg.seed + 1_000_003)  # its own stream: the load draws stay as they were
         self._window_draw: dict[int, float] = {}
         self.evictions = {"capacity": 0, "watermark": 0}
@@ -253,8 +256,8 @@ class Cluster:
         plan = host.residency.reserve(m, spec.tenant, estimate, now)
         if not plan.ok:  # back to ABSENT
             return False
-        if self.cfg.size_spread:
-            xs, ps = zip(*self.cfg.size_spread, strict=True)
+        if self._size_points is not None:
+            ps, xs = self._size_points
             host.loading_size[m] = max(1, int(spec.size * float(np.interp(self._rng.random(), ps, xs))))
         host.models[m] = hm
         st = self.stats[spec.tenant]

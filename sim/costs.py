@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +71,19 @@ class CostModel:
 
     def overhead_seconds(self, u: float) -> float:
         """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1)."""
-        pts = self.overhead_spread
-        if not pts:
+        if not self.overhead_spread:
             return self.request_overhead_s
-        return float(np.interp(u, [p for _, p in pts], [x for x, _ in pts]))
+        ps, xs = self._overhead_points
+        return float(np.interp(u, ps, xs))
+
+    @cached_property
+    def _overhead_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The spread as np.interp's (p, x) arrays, built once: drawn for every simulated request."""
+        return _points(self.overhead_spread)
+
+    @cached_property
+    def _locked_points(self) -> tuple[np.ndarray, np.ndarray]:
+        return _points(self.locked_spread)
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.first_seconds(size, tier) + self.locked_seconds(size)
@@ -88,15 +98,19 @@ class CostModel:
 
     def locked_multiplier(self, u: float) -> float:
         """The locked stage of one load / its mean, for a uniform draw `u` in [0, 1) (1 without a spread)."""
-        pts = self.locked_spread
-        if not pts:
+        if not self.locked_spread:
             return 1.0
-        xs, ps = [x for x, _ in pts], [p for _, p in pts]
+        ps, xs = self._locked_points
         return float(np.interp(u, ps, xs))
 
     def batch_seconds(self, model: str, items: int) -> float:
         c = self.compute.get(model, self.compute_default)
         return c.fixed_s + items * c.per_item_s
+
+
+def _points(spread: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """An inverse CDF ((x, p), ...) as (p, x) arrays for np.interp."""
+    return np.array([p for _, p in spread]), np.array([x for x, _ in spread])
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:

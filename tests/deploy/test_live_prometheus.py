@@ -51,9 +51,11 @@ from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from protos import grpc_service_pb2 as pb
 from ground.wire import TENANT_HEADER
 from storage_adapters.local import LocalStorage
-from tests.deploy.conftest import DEPLOY, ROOT, tool
+from tests.deploy.conftest import DEPLOY, tool
 from tests.deploy.promql import grafana_to_promql
-from tests.hostd_proc import HostdProc
+from tests.deploy.test_grafana import _targets
+from tests.deploy.test_runbooks import RUNBOOKS
+from tests.hostd_proc import HostdProc, metric_value
 from tests.router.conftest import IN_DIM, auth, infer_request
 from tests.router.router_proc import RouterProc
 from tests.servers import RedisServer, free_port
@@ -61,8 +63,6 @@ from tests.servers import RedisServer, free_port
 pytestmark = pytest.mark.timeout(240)
 
 RULES = DEPLOY / "prometheus" / "mmhost-alerts.rules.yaml"
-DASH = DEPLOY / "grafana" / "mmhost-dashboard.json"
-RUNBOOKS = ROOT / "docs" / "runbooks"
 SPEED = 60  # rule seconds per test second
 BROKEN = [f"broken{i}" for i in range(4)]
 
@@ -198,13 +198,6 @@ def _unix(rfc3339: str) -> float:
     return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
 
 
-def _metric_up(r: RouterProc, name: str) -> float:
-    for line in r.metrics_text().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
-
-
 def cli(*args: str, env: dict[str, str]) -> str:
     res = CliRunner().invoke(app, list(args), env=env)
     assert res.exit_code == 0, f"mmhost {' '.join(args)}: {res.output}"
@@ -247,7 +240,7 @@ def cluster(work: Path):
         router = RouterProc(work, ["--redis", redis.url, "--store", str(store), "--refresh-interval", "0.2"])
         procs.append(router)
         deadline = time.monotonic() + 30
-        while _metric_up(router, "mmhost_router_hosts_up") < 2:
+        while metric_value(router.metrics_text(), "mmhost_router_hosts_up") < 2:
             assert time.monotonic() < deadline, router.log()
             time.sleep(0.1)
         yield redis, procs[:2], router, keys, env
@@ -297,11 +290,6 @@ class Traffic:
         self.stop_event.set()
         for t in self.threads:
             t.join(15)
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    d = json.loads(DASH.read_text())
-    return [(p["title"], t["expr"]) for p in d["panels"] for t in p.get("targets", [])]
 
 
 def runbook_fragments() -> list[tuple[str, str]]:
@@ -385,11 +373,11 @@ def test_shipped_alerts_fire_and_panels_answer_on_a_real_prometheus(tmp_path, ex
 
                 # -- every dashboard query answers, or needs a condition named in NEEDS_CONDITION
                 empty = []
-                for title, expr in dashboard_queries():
+                for title, expr in _targets():
                     if not prom.query(grafana_to_promql(expr)) and not any(k in expr for k in NEEDS_CONDITION):
                         empty.append((title, expr))
                 assert not empty, f"panels without data: {empty}"
-                ratio = prom.query(grafana_to_promql(next(e for t, e in dashboard_queries() if "Shed ratio" in t)))
+                ratio = prom.query(grafana_to_promql(next(e for t, e in _targets() if "Shed ratio" in t)))
                 # at most 100%, give or take rate()'s extrapolation of two targets' counters scraped at different
                 # moments (globex's requests are all refused: 100% reads as 95-105%)
                 assert ratio and all(0 <= float(s["value"][1]) <= 1.15 for s in ratio), ratio

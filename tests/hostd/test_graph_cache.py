@@ -58,6 +58,16 @@ def _check(loader: Loader, m, src):
     return res
 
 
+def _saved_graph(published, tmp_path):
+    """Model a loaded once (outputs checked) by a loader without a RAM tier, its graph saved:
+    (loader, manifest a, file a, a's GraphId)."""
+    repo, a, _, src_a, _ = published
+    loader = _loader(repo, tmp_path, ram=False)
+    _check(loader, a, src_a)
+    loader.flush()
+    return loader, a, src_a, GraphId(a.files[0].sha256, graph_cache_key(DEV))
+
+
 def test_cold_load_leaves_a_verified_file_and_a_saved_graph_that_reloads_use(published, tmp_path):
     repo, a, _, src_a, _ = published
     first = _loader(repo, tmp_path, ram=True)
@@ -113,11 +123,7 @@ def test_a_graph_is_only_ever_found_for_its_own_model_ort_version_and_provider(p
 
 
 def test_a_changed_saved_graph_falls_back_to_the_model_file(published, tmp_path):
-    repo, a, _, src_a, _ = published
-    loader = _loader(repo, tmp_path, ram=False)
-    _check(loader, a, src_a)
-    loader.flush()
-    gid = GraphId(a.files[0].sha256, graph_cache_key(DEV))
+    loader, a, src_a, gid = _saved_graph(published, tmp_path)
     weights = loader.graphs.find(a.key(), gid).parent / "weights.bin"
     st = weights.stat()
     bad = bytearray(weights.read_bytes())
@@ -132,11 +138,7 @@ def test_a_changed_saved_graph_falls_back_to_the_model_file(published, tmp_path)
 
 
 def test_a_saved_graph_that_does_not_load_falls_back_to_the_model_file(published, tmp_path):
-    repo, a, _, src_a, _ = published
-    loader = _loader(repo, tmp_path, ram=False)
-    _check(loader, a, src_a)
-    loader.flush()
-    gid = GraphId(a.files[0].sha256, graph_cache_key(DEV))
+    loader, a, src_a, gid = _saved_graph(published, tmp_path)
     graph = loader.graphs.find(a.key(), gid)
     # garbage, yet stamped as if the cache had written it: only loading it can tell
     graph.write_bytes(b"\x08\x07 not a graph")

@@ -6,6 +6,7 @@ with neither certificates nor plaintext=true refuses to start, and so does one w
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -148,24 +149,19 @@ def test_health_needs_the_router_certificate_on_the_main_port_and_not_on_the_hea
         assert code_of(lambda: health_pb2_grpc.HealthStub(ch).Check(req, timeout=5))[0] is C.UNAVAILABLE
 
 
-def test_no_certificates_and_no_plaintext_refuses_to_start(demo_store, tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MMHOST_")}
+@pytest.mark.parametrize(("tls_files", "words"), [
+    ({}, ("tls_cert", "plaintext")),
+    # a hostd with a serving certificate but no tls_client_ca would take mmhost-tenant from any TLS caller:
+    # it does not start unless told that only routers can reach it (or in dev mode)
+    ({"MMHOST_HOSTD_TLS_CERT": "hostd.pem", "MMHOST_HOSTD_TLS_KEY": "hostd-key.pem"},
+     ("tls_client_ca", "tls_without_client_auth")),
+], ids=["no-certs", "tls-without-client-ca"])
+def test_an_unsafe_configuration_refuses_to_start(tls_files, words, demo_store, pki, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MMHOST_")}
+    env.update({k: str(pki / name) for k, name in tls_files.items()})
     p = subprocess.run([sys.executable, "-m", "mmhost.cli", "hostd", "--listen", f"127.0.0.1:{free_port()}",
                         "--store", str(demo_store), "--metrics-port", "0", "--cache-dir", str(tmp_path / "c")],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     last = p.stderr.strip().splitlines()[-1]
-    assert "tls_cert" in last and "plaintext" in last, p.stderr
-
-
-def test_tls_without_a_client_ca_refuses_to_start(demo_store, pki, tmp_path):
-    """A hostd with a serving certificate but no tls_client_ca would take mmhost-tenant from any TLS caller:
-    it does not start unless told that only routers can reach it (or in dev mode)."""
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MMHOST_")}
-    env.update({"MMHOST_HOSTD_TLS_CERT": str(pki / "hostd.pem"), "MMHOST_HOSTD_TLS_KEY": str(pki / "hostd-key.pem")})
-    p = subprocess.run([sys.executable, "-m", "mmhost.cli", "hostd", "--listen", f"127.0.0.1:{free_port()}",
-                        "--store", str(demo_store), "--metrics-port", "0", "--cache-dir", str(tmp_path / "c")],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0
-    last = p.stderr.strip().splitlines()[-1]
-    assert "tls_client_ca" in last and "tls_without_client_auth" in last, p.stderr
+    assert all(w in last for w in words), p.stderr

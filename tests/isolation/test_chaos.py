@@ -133,7 +133,7 @@ def load(router: RouterProc, key: str, seconds: float, threads: int = 4) -> tupl
 
 
 def test_a_broken_model_of_b_does_not_reach_a(chaos):
-    redis, moto, router, keys, procs = chaos[:5]
+    router, keys, procs = chaos.router, chaos.keys, chaos.procs
     down0 = metric(router, "mmhost_router_hosts_marked_down_total")
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=load(router, keys["acme"], 3.0)))
@@ -168,7 +168,7 @@ def _paused(server, seconds: float, router, key) -> tuple[int, list[str]]:
 
 
 def test_redis_paused_loaded_model_keeps_serving(chaos):
-    redis, moto, router, keys, procs = chaos[:5]
+    redis, router, keys = chaos.redis, chaos.router, chaos.keys
     calm, errs = load(router, keys["acme"], 2.0)
     assert errs == []
     served, errors = _paused(redis, 3.0, router, keys["acme"])
@@ -182,7 +182,7 @@ def test_redis_paused_loaded_model_keeps_serving(chaos):
 
 
 def test_s3_paused_loaded_models_serve_cold_fails_fast(chaos):
-    redis, moto, router, keys, procs = chaos[:5]
+    moto, router, keys = chaos.moto, chaos.router, chaos.keys
     calm, errs = load(router, keys["acme"], 2.0)
     assert errs == []
     os.kill(moto.proc.pid, signal.SIGSTOP)

@@ -24,7 +24,7 @@ from sim.trace import read_trace_report
 from tests.router.conftest import auth, infer_request
 from tests.router.router_proc import RouterProc
 from storage_adapters import open_storage
-from tests.router.test_cluster import hosts_up, wait_until
+from tests.router.test_cluster import code_of, hosts_up, wait_until
 
 
 @pytest.fixture
@@ -35,20 +35,13 @@ def stdout_router(cluster, tmp_path):
     publish_version(repo, onnx_manifest("slow", "one", "1", cluster.workdir / "globex.onnx", "model.onnx"),
                     {"model.onnx": cluster.workdir / "globex.onnx"})
     reg = RedisTenants(connect_redis(cluster.redis_url), cluster.prefixes["tenants"])
-    cluster.keys.setdefault("slow", reg.create("slow", overrides={"rate": 0.001, "burst": 1}))
+    if "slow" not in cluster.keys:
+        cluster.keys["slow"] = reg.create("slow", overrides={"rate": 0.001, "burst": 1})
     env = {**cluster.env, "MMHOST_ROUTER_HOT_QUEUE_DEPTH": "0"}
     r = RouterProc(tmp_path, [*cluster.router_args(), "--access-log", "-"], env)
     wait_until(lambda: hosts_up(r) == len(cluster.alive()), what="router sees every hostd")
     yield r
     r.stop()
-
-
-def _code(fn) -> grpc.StatusCode:
-    try:
-        fn()
-    except grpc.RpcError as e:
-        return e.code()
-    return grpc.StatusCode.OK
 
 
 def test_a_replayed_access_log_has_the_real_models_sizes_and_shed(cluster, stdout_router, tmp_path):
@@ -57,14 +50,14 @@ def test_a_replayed_access_log_has_the_real_models_sizes_and_shed(cluster, stdou
     calls = [("acme", "m05", 1, acme)] * 3 + [("acme", "m06", 1, acme)] * 2 + [("globex", "mlp", 1, globex)] * 2
     for _, model, rows, md in calls:
         r.stub.ModelInfer(infer_request(model, rows), metadata=md, timeout=30)
-    assert _code(lambda: r.stub.ModelInfer(infer_request("nope"), metadata=acme, timeout=10)) is grpc.StatusCode.NOT_FOUND
+    assert code_of(lambda: r.stub.ModelInfer(infer_request("nope"), metadata=acme, timeout=10))[0] is grpc.StatusCode.NOT_FOUND
     bad = infer_request("m05")
     bad.inputs[0].shape[:] = [1, 3]  # the hostd resolves m05, then refuses the shape
-    assert _code(lambda: r.stub.ModelInfer(bad, metadata=acme, timeout=10)) is grpc.StatusCode.INVALID_ARGUMENT
+    assert code_of(lambda: r.stub.ModelInfer(bad, metadata=acme, timeout=10))[0] is grpc.StatusCode.INVALID_ARGUMENT
     slow = auth(cluster.keys["slow"])
     r.stub.ModelInfer(infer_request("one"), metadata=slow, timeout=30)
     calls.append(("slow", "one", 1, slow))
-    assert _code(lambda: r.stub.ModelInfer(infer_request("one"), metadata=slow, timeout=10)) is \
+    assert code_of(lambda: r.stub.ModelInfer(infer_request("one"), metadata=slow, timeout=10))[0] is \
         grpc.StatusCode.RESOURCE_EXHAUSTED
 
     def access_lines() -> list[dict]:

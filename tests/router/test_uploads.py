@@ -26,17 +26,23 @@ from mmhost.upload_client import PublishFailed, RouterTarget, header, publish
 from protos import uploads_pb2 as pb
 from router.tenants import RedisTenants
 from tests.router.conftest import IN_DIM, auth, infer_request
+from tests.hostd_proc import metric_value
 from tests.router.router_proc import RouterProc
+from tests.router.test_cluster import hosts_up, wait_until
 from tests.servers import REPO
 
 LIMIT = 1 << 20
 
 
-def _gauge(r: RouterProc, name: str) -> float:
-    for line in r.metrics_text().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return -1.0
+def _counted(router, outcome: str) -> None:
+    """The upload just made is counted under `outcome`."""
+    assert f'mmhost_router_uploads_total{{outcome="{outcome}",tenant="{TENANT}"}}' in router.metrics_text()
+
+
+def _none_in_progress(router) -> None:
+    text = router.metrics_text()
+    assert "\nmmhost_router_uploads_in_progress " in text  # the series is there, not just summed to 0
+    assert metric_value(text, "mmhost_router_uploads_in_progress") == 0
 
 
 # The uploading tenant is this module's own: what it publishes (a model named like globex's included) stays
@@ -54,10 +60,7 @@ def router(cluster, tmp_path_factory):
     _KEY[cluster.redis_url] = RedisTenants(connect_redis(cluster.redis_url), cluster.prefixes["tenants"]).create(TENANT)
     env = {**cluster.env, "MMHOST_ROUTER_UPLOADS": "true", "MMHOST_ROUTER_UPLOAD_MAX_BYTES": str(LIMIT)}
     r = RouterProc(tmp_path_factory.mktemp("upload-router"), cluster.router_args(), env)
-    t0 = time.monotonic()
-    while _gauge(r, "mmhost_router_hosts_up") < len(cluster.alive()):
-        assert time.monotonic() - t0 < 60, "the router never saw every hostd"
-        time.sleep(0.05)
+    wait_until(lambda: hosts_up(r) >= len(cluster.alive()), timeout=60, what="the router to see every hostd")
     yield r
     r.stop()
 
@@ -140,6 +143,7 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "1"
+    _counted(router, "ok")
     np.testing.assert_allclose(_infer(router, _key(cluster), "uploaded"), _want(models / "a.onnx", _x()),
                                rtol=1e-5, atol=1e-5)
     stored = sorted(k for k in _keys(cluster) if "/uploaded/" in k)
@@ -151,6 +155,7 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
     # view has refreshed (a couple of seconds)
     res = publish(_target(router, _key(cluster)), header(models / "b.onnx", "uploaded"), models / "b.onnx")
     assert (res.version, res.indexed) == ("2", True)
+    _none_in_progress(router)
     want = _want(models / "b.onnx", _x())
     np.testing.assert_allclose(_infer(router, _key(cluster), "uploaded", "2"), want, rtol=1e-5, atol=1e-5)
     t0 = time.monotonic()
@@ -187,6 +192,7 @@ def test_a_corrupt_model_is_refused_and_leaves_no_manifest(router, cluster, mode
     before = _keys(cluster)
     e = _refused(router, _key(cluster), models / "corrupt.onnx", "corrupt")
     assert (e.code, e.reason) == ("INVALID_ARGUMENT", "model_invalid")
+    _counted(router, "model_invalid")
     assert "corrupt does not load as onnx" in str(e)
     assert _keys(cluster) == before
     pickle_file = models / "pickle.pt"
@@ -194,12 +200,14 @@ def test_a_corrupt_model_is_refused_and_leaves_no_manifest(router, cluster, mode
     e = _refused(router, _key(cluster), pickle_file, "pickled")
     assert (e.code, e.reason) == ("INVALID_ARGUMENT", "model_invalid") and "pickle" in str(e)
     assert _keys(cluster) == before
+    _none_in_progress(router)
 
 
 def test_an_oversize_upload_is_refused_before_it_is_all_sent(router, cluster, models):
     before = _keys(cluster)
     e = _refused(router, _key(cluster), models / "big.onnx", "big")  # the header says so: refused at once
     assert (e.code, e.reason) == ("RESOURCE_EXHAUSTED", "upload_too_large")
+    _counted(router, "upload_too_large")
     # a client that states no size: refused once the bytes pass the limit, long before it has sent them all
     sent = itertools.count()
     chunk = b"\0" * (64 << 10)
@@ -219,6 +227,7 @@ def test_an_oversize_upload_is_refused_before_it_is_all_sent(router, cluster, mo
     # the limit, plus the stream window (stream_window_bytes, 1 MiB) and what gRPC buffers: 2.0 MB measured
     assert next(sent) * len(chunk) < 4 * LIMIT
     assert _keys(cluster) == before
+    _none_in_progress(router)
 
 
 @pytest.mark.parametrize("key", [None, "mmk_" + "A" * 43, "not-a-key"])
@@ -259,11 +268,3 @@ def test_another_tenants_model_of_the_same_name_is_neither_seen_nor_touched(rout
     e = _refused(router, mine, models / "b.onnx", "secret", version="1")
     assert (e.code, e.reason) == ("ALREADY_EXISTS", "version_exists")
     assert _keys(cluster)["tenants/uploader/models/secret/1/model.onnx"] == after["tenants/uploader/models/secret/1/model.onnx"]
-
-
-def test_uploads_are_counted(router):
-    text = router.metrics_text()
-    assert 'mmhost_router_uploads_total{outcome="ok",tenant="uploader"}' in text
-    assert 'mmhost_router_uploads_total{outcome="model_invalid",tenant="uploader"}' in text
-    assert 'mmhost_router_uploads_total{outcome="upload_too_large",tenant="uploader"}' in text
-    assert _gauge(router, "mmhost_router_uploads_in_progress") == 0

@@ -162,62 +162,68 @@ def test_concurrent_use_from_threads(s3_store, tmp_path):
     assert len(list(s3_store.list("th/"))) == 16
 
 
-def test_storage_stopped_gives_fast_clear_errors(tmp_path):
+@pytest.fixture
+def own_moto():
+    """A moto_server of this test's own, which it may stop; stopped at teardown if still running."""
     srv = MotoServer()
-    try:
-        store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", S3Settings(endpoint_url=srv.endpoint))
-        store.put_bytes("k", b"v")
-        assert store.read_bytes("k") == b"v"
+    yield srv
+    if srv.proc.poll() is None:
         srv.stop()
-        src = tmp_path / "f"
-        src.write_bytes(b"data")
-        for name, call in [
-            ("stat", lambda: store.stat("k")),
-            ("read", lambda: store.read_bytes("k")),
-            ("list", lambda: store.list_dirs("")),
-            ("download", lambda: store.download("k", tmp_path / "d")),
-            ("upload", lambda: store.upload_file(src, "k2")),
-            ("put", lambda: store.put_bytes("k3", b"x")),
-        ]:
-            t0 = time.monotonic()
-            with pytest.raises(StorageUnavailable) as ei:
-                call()
-            elapsed = time.monotonic() - t0
-            assert elapsed < FAST_FAIL_S, f"{name} took {elapsed:.1f}s"
-            assert srv.endpoint in str(ei.value), str(ei.value)
-            assert "cannot reach storage" in str(ei.value)
-    finally:
-        if srv.proc.poll() is None:
+
+
+def _fails_fast_when_storage_stops(srv: MotoServer, transfer) -> None:
+    """`transfer(progress)` stops `srv` on its first bytes: a StorageUnavailable naming the endpoint, fast."""
+    stopped = threading.Event()
+
+    def stop_on_first_bytes(_n: int) -> None:
+        if not stopped.is_set():
+            stopped.set()
             srv.stop()
 
+    t0 = time.monotonic()
+    with pytest.raises(StorageUnavailable) as ei:
+        transfer(stop_on_first_bytes)
+    assert time.monotonic() - t0 < FAST_FAIL_S
+    assert stopped.is_set() and srv.endpoint in str(ei.value)
 
-def test_storage_stopped_during_a_download(tmp_path):
-    srv = MotoServer()
-    stopped = threading.Event()
-    try:
-        settings = S3Settings(
-            endpoint_url=srv.endpoint, multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=2
-        )
-        store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", settings)
-        src = tmp_path / "big"
-        src.write_bytes(os.urandom(60 << 20))
-        store.upload_file(src, "big")
 
-        def stop_on_first_bytes(_n: int) -> None:
-            if not stopped.is_set():
-                stopped.set()
-                srv.stop()
-
+def test_storage_stopped_gives_fast_clear_errors(own_moto, tmp_path):
+    srv = own_moto
+    store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", S3Settings(endpoint_url=srv.endpoint))
+    store.put_bytes("k", b"v")
+    assert store.read_bytes("k") == b"v"
+    srv.stop()
+    src = tmp_path / "f"
+    src.write_bytes(b"data")
+    for name, call in [
+        ("stat", lambda: store.stat("k")),
+        ("read", lambda: store.read_bytes("k")),
+        ("list", lambda: store.list_dirs("")),
+        ("download", lambda: store.download("k", tmp_path / "d")),
+        ("upload", lambda: store.upload_file(src, "k2")),
+        ("put", lambda: store.put_bytes("k3", b"x")),
+    ]:
         t0 = time.monotonic()
         with pytest.raises(StorageUnavailable) as ei:
-            store.download("big", tmp_path / "dl" / "big", progress=stop_on_first_bytes)
-        assert time.monotonic() - t0 < FAST_FAIL_S
-        assert stopped.is_set()
-        assert srv.endpoint in str(ei.value)
-        assert not (tmp_path / "dl" / "big").exists()  # never a partial file under the final name
-    finally:
-        if srv.proc.poll() is None:
-            srv.stop()
+            call()
+        elapsed = time.monotonic() - t0
+        assert elapsed < FAST_FAIL_S, f"{name} took {elapsed:.1f}s"
+        assert srv.endpoint in str(ei.value), str(ei.value)
+        assert "cannot reach storage" in str(ei.value)
+
+
+def test_storage_stopped_during_a_download(own_moto, tmp_path):
+    srv = own_moto
+    settings = S3Settings(
+        endpoint_url=srv.endpoint, multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=2
+    )
+    store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", settings)
+    src = tmp_path / "big"
+    src.write_bytes(os.urandom(60 << 20))
+    store.upload_file(src, "big")
+    dest = tmp_path / "dl" / "big"
+    _fails_fast_when_storage_stops(srv, lambda progress: store.download("big", dest, progress=progress))
+    assert not dest.exists()  # never a partial file under the final name
 
 
 def test_missing_bucket_is_a_clear_error(s3_server):
@@ -311,27 +317,13 @@ def test_ranged_reads_only_pay_off_across_a_network():
     assert ranged_get_min_bytes(S3Settings(endpoint_url="http://127.0.0.1:9000", ranged_get_min_bytes=1 << 30)) == 1 << 30
 
 
-def test_storage_stopped_during_a_read_into_memory(tmp_path):
-    srv = MotoServer()
-    stopped = threading.Event()
-    try:
-        store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", S3Settings(endpoint_url=srv.endpoint))
-        data = os.urandom(60 << 20)
-        store.put_bytes("big", data)
-
-        def stop_on_first_bytes(_n: int) -> None:
-            if not stopped.is_set():
-                stopped.set()
-                srv.stop()
-
-        t0 = time.monotonic()
-        with pytest.raises(StorageUnavailable) as ei:
-            store.read_into("big", memoryview(bytearray(len(data))), progress=stop_on_first_bytes)
-        assert time.monotonic() - t0 < FAST_FAIL_S
-        assert stopped.is_set() and srv.endpoint in str(ei.value)
-    finally:
-        if srv.proc.poll() is None:
-            srv.stop()
+def test_storage_stopped_during_a_read_into_memory(own_moto):
+    srv = own_moto
+    store = S3Storage.from_uri(f"s3://{make_bucket(srv.endpoint)}/p", S3Settings(endpoint_url=srv.endpoint))
+    data = os.urandom(60 << 20)
+    store.put_bytes("big", data)
+    buf = memoryview(bytearray(len(data)))
+    _fails_fast_when_storage_stops(srv, lambda progress: store.read_into("big", buf, progress=progress))
 
 
 def test_local_store_reads_into_memory(tmp_path):

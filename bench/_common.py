@@ -52,25 +52,27 @@ def stop(proc: subprocess.Popen) -> None:
 async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, concurrency: int, seconds: float,
                       warmup_s: float = 0.5, headers: dict | None = None, keep_latencies: bool = False) -> dict:
     """`concurrency` workers each send one request, wait for the answer, repeat. Returns throughput
-    (requests/s) and latency percentiles (ms) measured after the warm-up; with `keep_latencies`, also each
-    request's latency in seconds (`lat`, to pool several runs)."""
+    (requests/s) and latency percentiles (ms) measured after the warm-up, `n` the requests answered then, and
+    `sent` every request sent, warm-up and errors included; with `keep_latencies`, also each request's latency
+    in seconds (`lat`, to pool several runs)."""
     import tritonclient.grpc.aio as ga
 
     client = ga.InferenceServerClient(addr)
     inp = ga.InferInput(input_name, list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     lat: list[float] = []
-    errors = 0
+    errors = sent = 0
     start = time.perf_counter()
     measure_from = start + warmup_s
     end = measure_from + seconds
 
     async def worker() -> None:
-        nonlocal errors
+        nonlocal errors, sent
         while True:
             t0 = time.perf_counter()
             if t0 >= end:
                 return
+            sent += 1
             try:
                 await client.infer(model, [inp], headers=headers)
             except Exception:  # noqa: BLE001 - counted, reported
@@ -84,7 +86,7 @@ async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, con
     await client.close()
     arr = np.array(lat) * 1000 if lat else np.array([float("nan")])
     out = {"rps": len(lat) / seconds, "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
-           "errors": errors, "n": len(lat)}
+           "errors": errors, "n": len(lat), "sent": sent}
     if keep_latencies:
         out["lat"] = np.array(lat)
     return out

@@ -20,19 +20,12 @@ from pathlib import Path
 import grpc
 
 from bench.fuzz import fuzz
-from bench.storms import run_storms
+from bench.storms import rss_mb, run_storms
 from ground.wire import TENANT_HEADER
 from tests.isolation.test_chaos import chaos_cluster, flushall_under_load, load, metric, rebuild
 from tests.router.conftest import IN_DIM, auth, infer_request
 
 rows: list[tuple] = []
-
-
-def rss_mb(pid: int, key: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def peaks(procs: dict[str, int]) -> str:

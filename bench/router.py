@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,17 +47,17 @@ def start_router(hostd: str, tenants: Path, store: Path, workdir: Path) -> tuple
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children threads (/proc/PID/stat)."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process, all its threads."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: dict[str, int]) -> dict:
     """One closed-loop point with each process's CPU seconds per request over the whole run."""
     before = {n: cpu_s(p) for n, p in pids.items()}
     r = asyncio.run(closed_loop(addr, "mlp", "input", x, c, seconds, headers=headers))
-    total = r["n"] + r["rps"] * 0.5  # requests in the warm-up too (approximately): CPU counts them as well
-    r["cpu_us"] = {n: (cpu_s(p) - before[n]) / max(total, 1) * 1e6 for n, p in pids.items()}
+    # every request sent, the warm-up's too: the CPU counted them as well
+    r["cpu_us"] = {n: (cpu_s(p) - before[n]) / max(r["sent"], 1) * 1e6 for n, p in pids.items()}
     return r
 
 
@@ -142,8 +143,6 @@ def main() -> None:
 
 def _worker(master: int) -> int:
     """nginx's (single) worker process: where the proxying CPU goes."""
-    import psutil
-
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         kids = psutil.Process(master).children()

@@ -46,12 +46,13 @@ from bench._common import PLAINTEXT_DEV, ROOT, free_port, stop, wait_serving  # 
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.placement_policy import PlacementConfig  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
-from sim.calibrate import calibrate_cluster, parse_router_metrics, spread_from_buckets  # noqa: E402
+from sim.calibrate import calibrate_cluster, delta, parse_router_metrics, pooled, spread_from_buckets  # noqa: E402
 from sim.cluster import Cluster  # noqa: E402
 from sim.config import SimConfig  # noqa: E402
+from sim.costs import spread_points  # noqa: E402
 from sim.fidelity import HostdScrape, measured_sizes, parse_hostd_metrics  # noqa: E402
 from sim.placement import RouterPlacement  # noqa: E402
-from sim.trace import read_trace  # noqa: E402
+from sim.trace import access_records, read_trace  # noqa: E402
 from sim.workload import SyntheticConfig, Workload, generate  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
 from catalog.publish import publish_version  # noqa: E402
@@ -69,12 +70,6 @@ def hidden_for(size: int) -> int:
 
 def scrape(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-
-
-def metric(text: str, name: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:
@@ -107,8 +102,9 @@ class Scraper(threading.Thread):
         self.once()
 
 
-async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: float = 1.0) -> tuple[list[float], int]:
-    """Open loop: request i is sent at its trace time (relative to the first), whatever is still in flight."""
+async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: float = 1.0) -> int:
+    """Open loop: request i is sent at its trace time (relative to the first), whatever is still in flight.
+    Returns the client's errors (the latencies compared are the router's, from its access log)."""
     import grpc
 
     from protos import grpc_service_pb2 as pb
@@ -117,7 +113,6 @@ async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: floa
     ch = grpc.aio.insecure_channel(addr)
     stub = pbg.GRPCInferenceServiceStub(ch)
     raw = x.tobytes()
-    lat: list[float] = []
     errors = 0
 
     async def one(key: str) -> None:
@@ -126,10 +121,8 @@ async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: floa
         req = pb.ModelInferRequest(model_name=model, model_version=version, raw_input_contents=[raw],
                                    inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32",
                                                                                   shape=list(x.shape))])
-        t0 = time.perf_counter()
         try:
             await stub.ModelInfer(req, metadata=(("authorization", f"Bearer {keys[tenant]}"),), timeout=60)
-            lat.append(time.perf_counter() - t0)
         except grpc.aio.AioRpcError as e:
             errors += 1
             if errors <= 3:
@@ -145,11 +138,13 @@ async def replay(addr: str, wl, keys: dict[str, str], x: np.ndarray, speed: floa
         tasks.append(asyncio.create_task(one(wl.models[m].key)))
     await asyncio.gather(*tasks)
     await ch.close()
-    return lat, errors
+    return errors
 
 
 async def warmup(addr: str, key: str, api_key: str, x: np.ndarray, n: int) -> None:
-    """Concurrency 1 on one model: the per-request overhead outside compute, measured from metrics."""
+    """`n` requests, one at a time, to a model of a tenant of its own, before the trace: the processes' first
+    calls (connections, code paths, that model's load) stay out of the figures (the scrapes start after it,
+    its access-log lines are dropped)."""
     import grpc
 
     from protos import grpc_service_pb2 as pb
@@ -214,7 +209,7 @@ def real_run(wl: Workload, a: argparse.Namespace, t: Path) -> dict:
         r0 = parse_router_metrics(scrape(rmport))
         scraper.start()
         t_run = time.perf_counter()
-        lat, errors = asyncio.run(replay(raddr, wl, keys, x))
+        errors = asyncio.run(replay(raddr, wl, keys, x))
         run_s = time.perf_counter() - t_run
         scraper.finish()
         r1 = parse_router_metrics(scrape(rmport))
@@ -228,17 +223,11 @@ def real_run(wl: Workload, a: argparse.Namespace, t: Path) -> dict:
     for k in file_bytes:
         sizes.setdefault(k, int(file_bytes[k] * ratio))
     loads = sum(sum(h[-1].loads.values()) - sum(h[0].loads.values()) for h in series)
-    path = {st: sum(h[-1].path.get(st, 0.0) - h[0].path.get(st, 0.0) for h in series) / max(loads, 1) for st in STAGES}
-    recs_all = [json.loads(line) for line in access.read_text().splitlines() if line.strip()]
-    recs = [r for r in recs_all if r["tenant"] != "warm"]
-    tb: dict[float, float] = {}
-    for h in series:
-        for le, c in h[-1].total_buckets.items():
-            tb[le] = tb.get(le, 0.0) + c - h[0].total_buckets.get(le, 0.0)
-    spread = spread_from_buckets(tb)  # load totals / their mean, as an inverse CDF
-    path["total p90"], path["total p99"] = (float(np.interp(q, [p for _, p in spread], [x for x, _ in spread]))
-                                            * path["total"] for q in (0.9, 0.99))
-    evictions = {k: sum(getattr(h[-1], a) - getattr(h[0], a) for h in series)
+    path = {st: sum(delta(h, "path", st) for h in series) / max(loads, 1) for st in STAGES}
+    recs = [r for r in access_records(access) if r["tenant"] != "warm"]
+    spread = spread_points(spread_from_buckets(pooled(series, "total_buckets")))  # load totals / their mean
+    path["total p90"], path["total p99"] = (float(np.interp(q, *spread)) * path["total"] for q in (0.9, 0.99))
+    evictions = {k: sum(delta(h, a) for h in series)
                  for k, a in (("capacity", "evictions"), ("watermark", "watermark_evictions"))}
     # the time outside hostd per request from the router's access log (what `sim calibrate --access-log` reads)
     cfg = calibrate_cluster(series, [[r0, r1]], sizes, access_log=recs)
@@ -272,11 +261,11 @@ def sim_run(real: dict, seeds: int, t: Path) -> tuple[dict, Cluster, RouterPlace
     trace.write_text("".join(json.dumps({k: r[k] for k in ("ts", "tenant", "model", "version")}) + "\n"
                              for r in real["recs"]))
     twl = read_trace(trace, sizes=real["sizes"])
-    runs = [sim_once(real, twl, s)[0] for s in range(seeds)]
+    first, cluster, hook = sim_once(real, twl, 0)  # seed 0's cluster and hook: printed by compare
+    runs = [first] + [sim_once(real, twl, s)[0] for s in range(1, seeds)]
     out = {k: float(np.median([r[k] for r in runs])) for k in ("hit", "p50", "p99", "shed", "loads")}
     out["path"] = {k: float(np.median([r["path"][k] for r in runs])) for k in runs[0]["path"]}
     out["p99 range"] = (min(r["p99"] for r in runs), max(r["p99"] for r in runs))
-    _, cluster, hook = sim_once(real, twl, 0)
     return out, cluster, hook
 
 
@@ -303,7 +292,7 @@ def compare(name: str, wl: Workload, a: argparse.Namespace) -> dict:
           f"{c.get('locked_s_per_byte', 0) * 1e9:.1f} ms/MB, first stage (storage) "
           f"{c.get('load_s_per_byte', {}).get('storage', 0) * 1e9:.1f} ms/MB, overhead outside hostd "
           f"{c['request_overhead_s'] * 1e3:.1f} ms, close {c.get('unload_s', 0) * 1e3:.1f} ms, locked-stage spread "
-          f"p50/p90/p99 x{np.interp([0.5, 0.9, 0.99], *zip(*[(p, x) for x, p in c.get('locked_spread', [[1, 0], [1, 1]])], strict=True))}, "
+          f"p50/p90/p99 x{np.interp([0.5, 0.9, 0.99], *spread_points(c.get('locked_spread', [[1, 0], [1, 1]])))}, "
           f"streaks {c.get('locked_corr', 0):.2f} over {c.get('locked_window_s', 0):.1f}s, slots {real['cfg'].get('slots')}, "
           f"load workers {real['cfg']['load_workers']}")
     return out

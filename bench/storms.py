@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-import psutil
 
 from bench._tenants import Outcomes, steady
 from catalog.publish import publish_version
@@ -109,26 +108,27 @@ async def storm(addr: str, md, body: bytes, concurrency: int, seconds: float,
     return codes, odd, hints
 
 
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    """A process's resident memory in MiB from /proc/PID/status: now (VmRSS) or its peak (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 class PeakRss:
-    """The largest RSS of some processes, sampled every 20 ms in a thread."""
+    """The largest RSS of some processes between start and stop, as the kernel tracks it: the peak (VmHWM) is
+    reset to the current RSS at start (writing 5 to /proc/PID/clear_refs) and read at stop."""
 
     def __init__(self, *pids: int) -> None:
-        self.procs = [psutil.Process(p) for p in pids]
-        self.peak = [p.memory_info().rss for p in self.procs]
-        self.start = list(self.peak)
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            for i, p in enumerate(self.procs):
-                self.peak[i] = max(self.peak[i], p.memory_info().rss)
+        self.pids = pids
+        for p in pids:
+            Path(f"/proc/{p}/clear_refs").write_text("5")
+        self.start = [int(rss_mb(p)) for p in pids]
 
     def stop(self) -> list[tuple[int, int]]:
-        self._stop.set()
-        self._t.join()
-        return [(a // MiB, b // MiB) for a, b in zip(self.start, self.peak, strict=True)]
+        """(start, peak) MiB per process."""
+        return [(a, int(rss_mb(p, "VmHWM"))) for a, p in zip(self.start, self.pids, strict=True)]
 
 
 def calm_thread(addr: str, md, seconds: float, out: list) -> threading.Thread:

@@ -26,11 +26,8 @@ from mmhost.upload import UploadRequest, upload  # noqa: E402
 from mmhost.upload_client import RouterTarget, header, publish  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
 from storage_adapters import open_storage  # noqa: E402
+from tests.hostd_proc import metric_value  # noqa: E402
 from tests.router.router_proc import RouterProc  # noqa: E402  (starts `mmhost router` as a process)
-
-
-def _metric(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
 def main() -> None:
@@ -61,7 +58,7 @@ def main() -> None:
             text = r.metrics_text()
         finally:
             r.stop()
-    validate = _metric(text, "mmhost_router_upload_validate_seconds_sum") / a.runs
+    validate = metric_value(text, "mmhost_router_upload_validate_seconds_sum") / a.runs
     via = statistics.median(times)
     print(f"model file {size / 1e6:.1f} MB, {a.runs} uploads through the router")
     print(f"(a) operator, --store in process: {direct:.2f} s")

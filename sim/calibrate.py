@@ -36,7 +36,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.costs import _fit_counted
-from sim.fidelity import HostdScrape, batch_samples, measured_sizes
+from sim.fidelity import HostdScrape, batch_samples, loads_between, measured_sizes
 
 ROUTER_ATTEMPTS = 3  # the router's default max_attempts (ground/settings.py RouterSettings)
 LOAD_WORKERS = 4  # hostd's load threads, when a hostd does not export mmhost_load_workers
@@ -85,12 +85,7 @@ def load_samples(series: Sequence[HostdScrape], size_of: Mapping[str, float]) ->
     pairs = list(zip(series, series[1:], strict=False)) or [(HostdScrape(), series[-1])]
     out = []
     for prev, cur in pairs:
-        count = nbytes = 0.0
-        for key, n in cur.loads.items():
-            d = n - prev.loads.get(key, 0.0)
-            if d > 0:
-                count += d
-                nbytes += d * size_of.get(key, size_of[""])
+        count, nbytes = loads_between(prev, cur, lambda key: size_of.get(key, size_of[""]))
         if count <= 0:
             continue
         first = sum(cur.phases.get(p, 0.0) - prev.phases.get(p, 0.0) for p in ("fetch", "verify"))
@@ -100,9 +95,14 @@ def load_samples(series: Sequence[HostdScrape], size_of: Mapping[str, float]) ->
     return out
 
 
-def _delta(series: Sequence[HostdScrape], attr: str) -> float:
-    first = getattr(series[0], attr) if len(series) > 1 else 0.0
-    return float(getattr(series[-1], attr) - first)
+def delta(series: Sequence[Any], attr: str, key: str | None = None) -> float:
+    """How much a counter grew over one process's scrapes (its last value when there is one scrape): the
+    attribute `attr`, or with `key` that entry of the dict attribute `attr` (0 when absent)."""
+    def value(s: Any) -> float:
+        v = getattr(s, attr)
+        return v if key is None else v.get(key, 0.0)
+
+    return float(value(series[-1]) - (value(series[0]) if len(series) > 1 else 0.0))
 
 
 def quantile_from_buckets(buckets: Mapping[float, float], q: float) -> float:
@@ -121,16 +121,17 @@ def quantile_from_buckets(buckets: Mapping[float, float], q: float) -> float:
     return finite[-1]
 
 
-def _bucket_delta(series: Sequence[Any]) -> dict[float, float]:
-    last, first = series[-1].buckets, (series[0].buckets if len(series) > 1 else {})
+def _bucket_delta(series: Sequence[Any], attr: str) -> dict[float, float]:
+    last, first = getattr(series[-1], attr), (getattr(series[0], attr) if len(series) > 1 else {})
     return {le: c - first.get(le, 0.0) for le, c in last.items()}
 
 
-def _pooled(series: Sequence[Sequence[Any]]) -> dict[float, float]:
-    """The request-time histograms of several processes over their scrapes, added up."""
+def pooled(series: Sequence[Sequence[Any]], attr: str = "buckets") -> dict[float, float]:
+    """A histogram (le -> cumulative count; `attr`, by default the request-time one) of several processes
+    over their scrapes, added up."""
     out: dict[float, float] = {}
     for one in series:
-        for le, c in _bucket_delta(one).items():
+        for le, c in _bucket_delta(one, attr).items():
             out[le] = out.get(le, 0.0) + c
     return out
 
@@ -140,15 +141,11 @@ def overhead_s(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequenc
     time (the means when the pages carry no buckets)."""
     if not routers or not hosts:
         return 0.0
-
-    def d(s: Sequence[Any], attr: str) -> float:
-        return float(getattr(s[-1], attr) - (getattr(s[0], attr) if len(s) > 1 else 0.0))
-
-    rb, hb = _pooled(routers), _pooled(hosts)
+    rb, hb = pooled(routers), pooled(hosts)
     if max(rb.values(), default=0.0) > 0 and max(hb.values(), default=0.0) > 0:
         return max(0.0, quantile_from_buckets(rb, 0.5) - quantile_from_buckets(hb, 0.5))
-    fs, fn = sum(d(r, "forward_s") for r in routers), sum(d(r, "forwards") for r in routers)
-    hs, hn = sum(d(h, "request_s") for h in hosts), sum(d(h, "requests") for h in hosts)
+    fs, fn = sum(delta(r, "forward_s") for r in routers), sum(delta(r, "forwards") for r in routers)
+    hs, hn = sum(delta(h, "request_s") for h in hosts), sum(delta(h, "requests") for h in hosts)
     if fn <= 0 or hn <= 0:
         return 0.0
     return max(0.0, fs / fn - hs / hn)
@@ -171,7 +168,7 @@ def overhead_spread(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Se
     routers' forward-time quantile minus the hostds' request-time quantile. Exact when the two rise together;
     they do not quite (on one kept Zipf run's access log, this difference gave 10.7 ms at p99 where the
     requests' own overheads had 17.0 ms, and the median alone 2.6 ms). Empty without both histograms."""
-    rb, hb = _pooled(routers), _pooled(hosts)
+    rb, hb = pooled(routers), pooled(hosts)
     if max(rb.values(), default=0.0) <= 0 or max(hb.values(), default=0.0) <= 0:
         return []
     return _monotone_spread([quantile_from_buckets(rb, min(q, 0.999)) - quantile_from_buckets(hb, min(q, 0.999))
@@ -295,18 +292,13 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
         per_byte_tier.update(storage=first / max(nbytes, 1.0), disk=first / max(nbytes, 1.0))
     if per_byte_tier:
         costs["load_s_per_byte"] = per_byte_tier
-    evictions = sum(_delta(h, "evictions") for h in hosts)
-    pool_waits = sum(h[-1].path.get("pool_wait_count", 0.0) - (h[0].path.get("pool_wait_count", 0.0) if len(h) > 1 else 0.0)
-                     for h in hosts)
+    evictions = sum(delta(h, "evictions") for h in hosts)
+    pool_waits = sum(delta(h, "path", "pool_wait_count") for h in hosts)
     if evictions > 0 and pool_waits > 0:
-        evict_s = sum(h[-1].path.get("evict", 0.0) - (h[0].path.get("evict", 0.0) if len(h) > 1 else 0.0) for h in hosts)
-        pool_s = sum(h[-1].path.get("pool_wait", 0.0) - (h[0].path.get("pool_wait", 0.0) if len(h) > 1 else 0.0)
-                     for h in hosts)
+        evict_s = sum(delta(h, "path", "evict") for h in hosts)
+        pool_s = sum(delta(h, "path", "pool_wait") for h in hosts)
         costs["unload_s"] = max(0.0, evict_s / evictions - pool_s / pool_waits)
-    buckets: dict[float, float] = {}
-    for h in hosts:
-        for le, c in h[-1].locked_buckets.items():
-            buckets[le] = buckets.get(le, 0.0) + c - (h[0].locked_buckets.get(le, 0.0) if len(h) > 1 else 0.0)
+    buckets = pooled(hosts, "locked_buckets")
     if max(buckets.values(), default=0.0) >= MIN_SPREAD_LOADS:
         costs["locked_spread"] = spread_from_buckets(buckets)
         windows = [b.at - a.at for h in hosts for a, b in zip(h, h[1:], strict=False) if b.at > a.at]

@@ -15,13 +15,16 @@ a victim is UNLOADING until its close ends, and a request for it then waits and 
 load are kept in `Cluster.load_waits`. Each load's locked stage may be drawn from a measured spread
 (CostModel.locked_spread, with streaks: locked_corr) and its measured size from `size_spread`; the draws
 come from a generator seeded with `seed`. With `attempts` > 1, a host with no room (every resident busy) or a
-full queue sends the request to another host, as the router retries no_capacity and queue_full.
+full queue sends the request to another host, as the router retries no_capacity and queue_full: the placement
+hook is asked again with the hosts tried so far excluded (router/dispatcher.py).
 
 Hooks (adapters for the router's side):
 - admission: AdmissionHook(key, tenant, now, cluster) -> None to admit, or a shed reason ("quota", ...)
-- placement: PlacementHook(model index, now, cluster) -> host index; the default prefers a host with the
-  model ready or loading, else the one with the most free bytes (lowest index on ties). sim/placement.py
-  drives the router's real policy; a hook may call `cluster.start_copy` to load another copy (hot models).
+- placement: PlacementHook(model index, now, cluster, exclude=()) -> host index, or None when every host is
+  excluded; `exclude`: the host indexes a retry must not pick (the hook is called without it first, so a hook
+  that never sees a retry may ignore it). The default prefers a host with the model ready or loading, else the
+  one with the most free bytes (lowest index on ties). sim/placement.py drives the router's real policy; a
+  hook may call `cluster.start_copy` to load another copy (hot models).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 import random
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -42,7 +46,7 @@ from hostd.core.residency import Residency
 from hostd.core.dispatch import Cost, Dispatcher, Step
 from hostd.core.slots import ExecutionSlots
 from hostd.sched_policy import FairUnit
-from sim.costs import CostModel
+from sim.costs import CostModel, spread_points
 from sim.engine import EventLoop
 from sim.loadpool import Job, LoadPool, Progress
 from sim.stats import SimResult, TenantStats
@@ -129,14 +133,18 @@ class SimHost:
 
 
 AdmissionHook = Callable[[str, str, float, "Cluster"], "str | None"]
-PlacementHook = Callable[[int, float, "Cluster"], int]
 
 
-def default_placement(model: int, now: float, cluster: Cluster) -> int:
-    for h in cluster.hosts:
+class PlacementHook(Protocol):
+    def __call__(self, model: int, now: float, cluster: Cluster, /, exclude: Collection[int] = ()) -> int | None: ...
+
+
+def default_placement(model: int, now: float, cluster: Cluster, exclude: Collection[int] = ()) -> int | None:
+    hosts = [h for h in cluster.hosts if h.index not in exclude]
+    for h in hosts:
         if model in h.models:
             return h.index
-    return max(cluster.hosts, key=lambda h: (h.free_bytes, -h.index)).index
+    return max(hosts, key=lambda h: (h.free_bytes, -h.index)).index if hosts else None
 
 
 class Cluster:
@@ -149,7 +157,8 @@ class Cluster:
         placement: PlacementHook | None = None,
     ) -> None:
         self.wl, self.cfg, self.costs = wl, cfg, costs or CostModel()
-        self.admission, self.placement = admission, placement or default_placement
+        self.admission = admission
+        self.placement: PlacementHook = placement or default_placement
         self.loop = EventLoop(float(wl.ts[0]) if len(wl) else 0.0)
         keys = [m.key for m in wl.models]
         batch_cost = self.costs.batch_seconds
@@ -165,8 +174,7 @@ class Cluster:
                                                    "total": []}
         self._rng = random.Random(cfg.seed)
         # the measured-size spread as np.interp's (p, x) arrays, once: drawn at every load
-        self._size_points = (np.array([p for _, p in cfg.size_spread]), np.array([x for x, _ in cfg.size_spread])
-                             ) if cfg.size_spread else None
+        self._size_points = spread_points(cfg.size_spread) if cfg.size_spread else None
         self._overhead_rng = random.Random(cfg.seed + 1_000_003)  # its own stream: the load draws stay as they were
         self._window_draw: dict[int, float] = {}
         self.evictions = {"capacity": 0, "watermark": 0}
@@ -196,10 +204,12 @@ class Cluster:
                 st.bytes_missed += size
                 self._shed(tenant, reason)
                 return
-        host = self.hosts[self.placement(m, now, self)]
-        tried: list[int] = []
+        first = self.placement(m, now, self)
+        assert first is not None, "a placement with nothing excluded picks a host"
+        host = self.hosts[first]
+        tried: set[int] = set()
         while True:
-            tried.append(host.index)
+            tried.add(host.index)
             hm = host.models.get(m)
             hit = hm is not None and host.residency.want(m, now) is Action.SERVE
             if hm is None:
@@ -207,12 +217,13 @@ class Cluster:
             reason = "unavailable" if hm is None else "queue_full" if hm.queue.full else ""
             if not reason:
                 break
-            other = self._elsewhere(m, tried) if len(tried) < self.cfg.attempts else None
+            # a retry: placed again without the hosts tried (the router's dispatcher), None when none is left
+            other = self.placement(m, now, self, exclude=frozenset(tried)) if len(tried) < self.cfg.attempts else None
             if other is None:
                 st.bytes_missed += size
                 self._shed(tenant, reason)
                 return
-            host = other
+            host = self.hosts[other]
         if hit:
             st.hits += 1
         else:
@@ -221,13 +232,6 @@ class Cluster:
         hm.queue.add(Pending(seq, now, deadline=now + self.cfg.deadline_s))
         host.cache.set_busy(m, True)
         self._kick(host, m)
-
-    def _elsewhere(self, m: int, tried: list[int]) -> SimHost | None:
-        """The host a retry goes to: one holding the model, else the one with the most free bytes."""
-        rest = [h for h in self.hosts if h.index not in tried]
-        if not rest:
-            return None
-        return max(rest, key=lambda h: (m in h.models, h.free_bytes, -h.index))
 
     def start_copy(self, host_index: int, m: int, now: float) -> bool:
         """Load model `m` on a host that does not hold it (a placement hook's extra copy of a hot model).
@@ -273,12 +277,10 @@ class Cluster:
             self.loop.schedule(done, self._loaded, host, m)
             return True
         self.evictions["capacity"] += len(plan.evict)
-        for k in plan.evict:  # UNLOADING from now; closed one after the other before the load is queued
-            self._begin_unload(host, k)
         locked = self.costs.locked_seconds(spec.size) * self.costs.locked_multiplier(self._locked_draw(now))
         load = Job("load", (m, now, tier), self.costs.first_seconds(spec.size, tier), locked)
         st.load_s += load.first_s + load.locked_s
-        self._close_next(host, list(plan.evict), load, now)
+        self._close_all(host, plan.evict, load, now)  # the victims closed one after the other, then the load
         return True
 
     # ---- pool mode: hostd's load path ----------------------------------------------------------------
@@ -296,6 +298,17 @@ class Cluster:
         del host.models[k]
         host.dispatch.remove(k)
         host.residency.begin_unload(k)
+
+    def _end_unload(self, host: SimHost, k: int) -> None:
+        r = host.residency.unloaded(k)
+        assert r is not None
+        host.tiers.on_evict(k, r.size)
+
+    def _close_all(self, host: SimHost, victims: tuple, load: Job | None, now: float) -> None:
+        """Every victim UNLOADING from now, closed one after the other; then `load` (if any) is queued."""
+        for k in victims:
+            self._begin_unload(host, k)
+        self._close_next(host, list(victims), load, now)
 
     def _close_next(self, host: SimHost, victims: list[int], load: Job | None, now: float) -> None:
         """Close the next victim; after the last, queue the load that needed the room (if any)."""
@@ -333,9 +346,7 @@ class Cluster:
 
     def _closed(self, host: SimHost, k: int, rest: list[int], load: Job | None) -> None:
         now = self.loop.now
-        r = host.residency.unloaded(k)
-        assert r is not None
-        host.tiers.on_evict(k, r.size)
+        self._end_unload(host, k)
         waiting = host.models.get(k)
         if waiting is not None and host.residency.want(k, now) is Action.START_LOAD:  # requests came meanwhile
             if not self._reserve(host, k, waiting, now):
@@ -347,13 +358,10 @@ class Cluster:
         self._close_next(host, rest, load, now)
 
     def _evict(self, host: SimHost, keys: tuple) -> None:
+        """Instant evictions (no load pool)."""
         for k in keys:
-            del host.models[k]
-            host.dispatch.remove(k)
-            host.residency.begin_unload(k)
-            r = host.residency.unloaded(k)
-            assert r is not None
-            host.tiers.on_evict(k, r.size)
+            self._begin_unload(host, k)
+            self._end_unload(host, k)
 
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
@@ -370,9 +378,7 @@ class Cluster:
             if host.pool is None:
                 self._evict(host, evict)
             elif evict:
-                for k in evict:
-                    self._begin_unload(host, k)
-                self._close_next(host, list(evict), None, now)
+                self._close_all(host, evict, None, now)
         self._kick(host, m)
 
     # ---- batches: the host core's dispatcher plans, the cost model executes -----------------------
@@ -415,9 +421,14 @@ class Cluster:
     def _batch_done(self, host: SimHost, m: int, seqs: tuple[int, ...]) -> None:
         now = self.loop.now
         lat = self.stats[self._tenant_of[m]].latencies
-        draw, extra = self._overhead_rng.random, self.costs.overhead_seconds
-        for s in seqs:
-            lat.append(now - self._arrival.pop(s) + extra(draw()))
+        if self.costs.overhead_spread:  # each request draws its own (from a stream of its own)
+            draw, extra = self._overhead_rng.random, self.costs.overhead_seconds
+            for s in seqs:
+                lat.append(now - self._arrival.pop(s) + extra(draw()))
+        else:
+            overhead = self.costs.request_overhead_s
+            for s in seqs:
+                lat.append(now - self._arrival.pop(s) + overhead)
         host.running -= 1
         self._apply(host, host.dispatch.finish(m, len(seqs), now))
         hm = host.models.get(m)

@@ -33,7 +33,7 @@ locked_corr instead of its own, so loads in the same window are correlated (the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -79,11 +79,11 @@ class CostModel:
     @cached_property
     def _overhead_points(self) -> tuple[np.ndarray, np.ndarray]:
         """The spread as np.interp's (p, x) arrays, built once: drawn for every simulated request."""
-        return _points(self.overhead_spread)
+        return spread_points(self.overhead_spread)
 
     @cached_property
     def _locked_points(self) -> tuple[np.ndarray, np.ndarray]:
-        return _points(self.locked_spread)
+        return spread_points(self.locked_spread)
 
     def load_seconds(self, size: int, tier: str) -> float:
         return self.first_seconds(size, tier) + self.locked_seconds(size)
@@ -108,9 +108,10 @@ class CostModel:
         return c.fixed_s + items * c.per_item_s
 
 
-def _points(spread: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray]:
-    """An inverse CDF ((x, p), ...) as (p, x) arrays for np.interp."""
-    return np.array([p for _, p in spread]), np.array([x for x, _ in spread])
+def spread_points(spread: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """An inverse CDF ((x, p), ...) as (p, x) arrays for np.interp: `np.interp(u, *spread_points(s))` is the
+    value at cumulative probability u."""
+    return np.array([p for _, p in spread], dtype=float), np.array([x for x, _ in spread], dtype=float)
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:

@@ -10,7 +10,7 @@ model, summed over hosts. Model keys are "tenant/model/version", as in traces.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,15 +108,22 @@ def parse_hostd_metrics(text: str) -> HostdScrape:
     return s
 
 
-def load_sample(prev: HostdScrape, cur: HostdScrape, sizes: Mapping[str, int], version: str = "1") -> dict[str, Any] | None:
-    """The loads one host finished between two scrapes, as one calibrate() load sample; None when there
-    were none or they came from more than one tier."""
+def loads_between(prev: HostdScrape, cur: HostdScrape, size: Callable[[str], float]) -> tuple[float, float]:
+    """(loads, their bytes): the loads one host finished between two scrapes; `size("tenant/model")` is the
+    bytes of one load of that model."""
     count, nbytes = 0.0, 0.0
     for key, n in cur.loads.items():
         d = n - prev.loads.get(key, 0.0)
         if d > 0:
             count += d
-            nbytes += d * sizes[f"{key}/{version}"]
+            nbytes += d * size(key)
+    return count, nbytes
+
+
+def load_sample(prev: HostdScrape, cur: HostdScrape, sizes: Mapping[str, int], version: str = "1") -> dict[str, Any] | None:
+    """The loads one host finished between two scrapes, as one calibrate() load sample; None when there
+    were none or they came from more than one tier."""
+    count, nbytes = loads_between(prev, cur, lambda key: sizes[f"{key}/{version}"])
     if count <= 0:
         return None
     tiers = [t for t, n in cur.tiers.items() if n - prev.tiers.get(t, 0.0) > 0]

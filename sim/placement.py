@@ -4,7 +4,9 @@
 calls `router.placement_policy.place`, the function the router itself calls; this router's own state
 (requests in flight per host, loads it started, each model's rate) is `router.local_load.LocalLoad`, the
 router's own class. What differs from a real router: the view is current (a real router's is refreshed every
-`refresh_interval_s`), and the random draws come from a seeded generator, so a run is reproducible.
+`refresh_interval_s`), and the random draws come from a seeded generator, so a run is reproducible. A retry
+(ClusterConfig.attempts) calls the hook again with the hosts tried excluded from the view, as the router's
+dispatcher does (router/dispatcher.py).
 
     hook = RouterPlacement(PlacementConfig(), seed=0)
     run_cluster(wl, ClusterConfig(hosts=2, ...), costs, placement=hook)
@@ -13,6 +15,7 @@ router's own class. What differs from a real router: the view is current (a real
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 from router.local_load import LocalLoad
 from router.placement_policy import HostView, ModelLoad, PlacementConfig, Reason, Residency, place
@@ -56,10 +59,11 @@ class RouterPlacement:
         self.replications = 0
         self._last_sweep = float("-inf")
 
-    def __call__(self, m: int, now: float, cluster: Cluster) -> int:
+    def __call__(self, m: int, now: float, cluster: Cluster, exclude: Collection[int] = ()) -> int | None:
+        """The host for a request for model `m`; None when `exclude` leaves no host (a retry with none left)."""
         spec = cluster.wl.models[m]
         key = spec.key
-        views = [host_view(h, cluster) for h in cluster.hosts]
+        views = [host_view(h, cluster) for h in cluster.hosts if h.index not in exclude]
         ready_somewhere = any(m in h.models and h.models[m].state is ModelState.READY for h in cluster.hosts)
         size = spec.size if (self.known_sizes or ready_somewhere) else 0
         inflight = {host_address(h.index): len(h.models[m].queue) + h.models[m].queue.running
@@ -67,7 +71,9 @@ class RouterPlacement:
         p = place(key, views, now, local_inflight=inflight, pending=self.local.pending_for(key),
                   rate=self.local.hit(key, now), size_bytes=size,
                   draws=(self.rng.random(), self.rng.random()), cfg=self.cfg)
-        if p.host is None:  # no eligible host: the engine has no "no host" outcome; cannot happen with hosts
+        if p.host is None:  # no eligible host: only when every host is excluded (the router's no_host)
+            if exclude:
+                return None
             raise RuntimeError(f"placement found no host for {key}")
         self.decisions[p.reason.value] += 1
         if p.reason is Reason.LOAD:

@@ -3,7 +3,7 @@ queueing, the loader's lock, eviction waits, a request for a closing model, the 
 
 import pytest
 
-from sim.cluster import Cluster, ClusterConfig
+from sim.cluster import Cluster, ClusterConfig, default_placement
 from sim.costs import ComputeCost, CostModel
 from sim.loadpool import Job, LoadPool, Stage
 from tests.sim.conftest import make_workload
@@ -129,13 +129,35 @@ def test_a_request_for_a_model_being_closed_waits_and_loads_it_again():
 def test_the_router_tries_another_host_when_one_has_no_room():
     wl = make_workload(["a", "b"], {"a": 10, "b": 10})
     wl.ts[:] = [0.0, 0.5]  # a keeps host 0 busy (loading) when b arrives
-    pin_host0 = lambda m, now, cluster: 0  # noqa: E731 - a placement that always picks host 0
+
+    def pin_host0(m, now, cluster, exclude=()):  # host 0 first; a retry placed as the default does
+        return default_placement(m, now, cluster, exclude) if exclude else 0
+
     one = Cluster(wl, ClusterConfig(hosts=2, device_bytes=10, load_workers=4), COSTS, placement=pin_host0)
     assert one.run().total.shed == 1 and one.shed_reasons == {"unavailable": 1}
     retry = Cluster(wl, ClusterConfig(hosts=2, device_bytes=10, load_workers=4, attempts=3), COSTS,
                     placement=pin_host0)
     t = retry.run().total
     assert t.shed == 0 and 1 in retry.hosts[1].models
+
+
+def test_a_retry_goes_where_the_placement_hook_says_with_the_tried_hosts_excluded():
+    wl = make_workload(["a", "b"], {"a": 10, "b": 10})
+    wl.ts[:] = [0.0, 0.5]  # a keeps host 0 busy (loading) when b arrives: b has no room there
+    asked = []
+
+    def hook(m, now, cluster, exclude=()):  # host 0 first, then the last host not excluded (not the default's 1)
+        asked.append((m, frozenset(exclude)))
+        return max((i for i in range(len(cluster.hosts)) if i not in exclude), default=None) if exclude else 0
+
+    c = Cluster(wl, ClusterConfig(hosts=3, device_bytes=10, load_workers=4, attempts=3), COSTS, placement=hook)
+    t = c.run().total
+    assert t.shed == 0 and 1 in c.hosts[2].models and 1 not in c.hosts[1].models
+    assert asked == [(0, frozenset()), (1, frozenset()), (1, frozenset({0}))]
+    # every host tried: placed with all of them excluded, the hook has none left and the request is shed
+    full = Cluster(wl, ClusterConfig(hosts=1, device_bytes=10, load_workers=4, attempts=3), COSTS,
+                   placement=default_placement)
+    assert full.run().total.shed == 1 and full.shed_reasons == {"unavailable": 1}
 
 
 def test_measured_sizes_that_vary_from_load_to_load_evict_more():

@@ -3,7 +3,7 @@
 import numpy as np
 
 from router.placement_policy import PlacementConfig, affinity
-from sim.cluster import ClusterConfig, run_cluster
+from sim.cluster import Cluster, ClusterConfig, run_cluster
 from sim.costs import ComputeCost, CostModel
 from sim.placement import RouterPlacement, host_address
 from sim.workload import ModelSpec, Workload
@@ -74,6 +74,19 @@ def test_full_hosts_evict_and_reload_on_the_host_the_router_started_the_load_on(
     assert r.total.loads > 6 and r.total.loads + r.total.hits == 24
     assert hook.decisions["load"] == 6
     assert all(len(hs) == 1 for hs in chosen.values()), chosen
+
+
+def test_a_retry_sees_only_the_hosts_not_yet_tried():
+    # the router's dispatcher places a retry again without the hosts it tried; with none left, no host
+    wl = _wl(1, 1)
+    cluster = Cluster(wl, ClusterConfig(hosts=3, device_bytes=1000), COSTS)
+    hook = RouterPlacement(PlacementConfig(hot_queue_depth=0), seed=0)
+    key = wl.models[0].key
+    first = hook(0, 0.0, cluster)
+    assert first == max(range(3), key=lambda i: affinity(key, host_address(i)))
+    rest = [i for i in range(3) if i != first]
+    assert hook(0, 0.0, cluster, exclude={first}) == max(rest, key=lambda i: affinity(key, host_address(i)))
+    assert hook(0, 0.0, cluster, exclude={0, 1, 2}) is None
 
 
 def _no_batching():

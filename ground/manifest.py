@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MANIFEST_NAME = "manifest.json"
 POLICY_NAME = "policy.json"
@@ -92,13 +92,19 @@ class QueuePolicy(BaseModel):
 
 class DynamicBatching(BaseModel):
     """Dynamic batching. With max_queue_delay_us = 0 a batch runs as soon as an executor is free
-    (batches grow only while executors are busy); a positive delay lets a batch wait to fill."""
+    (batches grow only while executors are busy); a positive delay lets a batch wait to fill.
+    Frozen: a manifest without the section shares one default (ModelManifest.batching)."""
+
+    model_config = ConfigDict(frozen=True)
 
     enabled: bool = True
     max_queue_delay_us: int = Field(0, ge=0)
     preferred_batch_sizes: list[int] = Field(default_factory=list)
     priority_levels: int = Field(0, ge=0)
     default_priority_level: int = Field(0, ge=0)
+
+
+_DEFAULT_BATCHING = DynamicBatching()
 
 
 class FileEntry(BaseModel):
@@ -183,7 +189,9 @@ class ModelManifest(BaseModel):
 
     @property
     def batching(self) -> DynamicBatching:
-        return self.dynamic_batching or DynamicBatching()
+        """The dynamic_batching section, or the defaults when there is none (one shared object: read on
+        every request's path, never built per read)."""
+        return self.dynamic_batching or _DEFAULT_BATCHING
 
     @property
     def total_bytes(self) -> int:

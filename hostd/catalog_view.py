@@ -95,8 +95,10 @@ class CatalogView:
         model every `min_age_s`. Storage down: the cached item."""
         key = (tenant, model)
         known = self._known.get(key)
-        if known is None or self._clock() - known.fetched < min_age_s:
+        if known is None:
             return await self.item(tenant, model)
+        if self._clock() - known.fetched < min_age_s:
+            return known
         try:
             return await asyncio.wait_for(asyncio.shield(self._refresh(key)), self._timeout)
         except (asyncio.TimeoutError, StorageError):

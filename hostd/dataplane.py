@@ -30,7 +30,7 @@ from ground.served import Served
 from ground.errors import InvalidArgument, NotFound, ResourceExhausted, ServingError, Unavailable
 from ground.interceptors import WIRE_BYTES
 from ground.inflight_policy import InflightBytes, budget_of
-from ground.manifest import DynamicBatching, ModelManifest
+from ground.manifest import ModelManifest
 from ground.params import param_int
 from ground.wire import Reason
 from hostd.metrics import HostdMetrics
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 DRAIN_RETRY_AFTER_MS = 50  # a draining host's refusal: the router retries elsewhere at once
 UNKNOWN_MODEL = "(unknown)"  # the metrics label for names that resolved to nothing (never a label value)
 _SHED_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
-# a model without a dynamic_batching section: its defaults, built once (ModelManifest.batching builds a new
-# pydantic model on every read; py-spy found two such reads per request on the event loop)
-_NO_BATCHING = DynamicBatching()
 
 
 # ---- rules (pure) ---------------------------------------------------------------------------------------
@@ -75,7 +72,7 @@ def request_priority(requested: int, m: ModelManifest, tenant_default: int = 0) 
     """v2 / Triton semantics: 1 is the highest priority; 0 (or absent) is the tenant's default level when
     the model has that level, else the model's default level."""
     p = requested
-    b = m.dynamic_batching or _NO_BATCHING
+    b = m.batching
     levels = b.priority_levels
     if p == 0 and tenant_default and (not levels or tenant_default <= levels):
         p = tenant_default

@@ -31,9 +31,10 @@ from hostd.cache.stamps import marker, sha256_file, stamp, verified
 from hostd.cache.tiers import DiskTier, RamTier
 from ground.errors import Unavailable
 from hostd.memory import CpuProbe, MemoryProbe, release_free_memory
-from hostd.runtimes.base import DeviceSpec, LoadedModel, ModelSource, RuntimeLoadError, GraphSource
+from hostd.runtimes.base import DeviceSpec, LoadedModel, ModelSource, RuntimeLoadError, GraphSource, warmup_inputs
+from hostd.runtimes.onnx import GRAPH_FILE, WEIGHTS_FILE  # the one runtime with saved graphs
 from hostd.runtimes.registry import graph_saver, load_model, prepare_runtime
-from ground.manifest import DATATYPES, FileEntry, ModelManifest
+from ground.manifest import FileEntry, ModelManifest
 from storage_adapters.base import ObjectNotFound, Storage, StorageError
 from catalog.repository import ModelRepository
 
@@ -66,22 +67,18 @@ class LoadResult:
     waits: dict[str, float] = field(default_factory=dict)
 
 
-def warmup_inputs(m: ModelManifest) -> dict[str, np.ndarray]:
-    """Zeros of every input, batch 1, dynamic dimensions 1."""
-    out = {}
-    for t in m.inputs:
-        shape = [1 if d == -1 else d for d in t.shape]
-        if t.datatype == "BYTES":
-            arr = np.empty(shape, dtype=object)
-            arr.fill(b"")
-        else:
-            arr = np.zeros(shape, dtype=DATATYPES[t.datatype])
-        out[t.name] = arr
-    return out
-
-
 def _name(m: ModelManifest) -> str:
     return f"model {m.model!r} version {m.version!r}"
+
+
+def _wrong_size(m: ModelManifest, f: FileEntry, size: int) -> IntegrityError:
+    return IntegrityError(f"{_name(m)}: file {f.path!r} is {size} bytes, the manifest says {f.size} "
+                          "(truncated or substituted)", reason="integrity")
+
+
+def _wrong_digest(m: ModelManifest, f: FileEntry, digest: str) -> IntegrityError:
+    return IntegrityError(f"{_name(m)}: file {f.path!r} has sha256 {digest[:16]}..., the manifest says "
+                          f"{f.sha256[:16]}... (corrupt or substituted)", reason="integrity")
 
 
 # The disk tier's `.sha256` marker of a verified file holds the digest plus the file's inode, size and
@@ -124,7 +121,7 @@ class Loader:
         self.ram = ram
         self.device = device
         self.probe = probe
-        self.graphs = GraphCache(disk)
+        self.graphs = GraphCache(disk, GRAPH_FILE)
         self._lock = threading.Lock()
         # one thread for the disk tier's writes and saved graphs: never on a request's path
         self._background = background or ThreadPoolExecutor(1, thread_name_prefix="tier-write")
@@ -170,17 +167,10 @@ class Loader:
         timings["fetch"] = timings.get("fetch", 0.0) + time.perf_counter() - t0 - hashing
         timings["verify"] = timings.get("verify", 0.0) + hashing
         if size != f.size or hashed != f.size:
-            raise IntegrityError(
-                f"{_name(m)}: file {f.path!r} is {size} bytes, the manifest says {f.size} (truncated or substituted)",
-                reason="integrity",
-            )
+            raise _wrong_size(m, f, size)
         digest = h.hexdigest()
         if digest != f.sha256:
-            raise IntegrityError(
-                f"{_name(m)}: file {f.path!r} has sha256 {digest[:16]}..., the manifest says "
-                f"{f.sha256[:16]}... (corrupt or substituted)",
-                reason="integrity",
-            )
+            raise _wrong_digest(m, f, digest)
         return view
 
     def fetch(self, m: ModelManifest, timings: dict[str, float] | None = None,
@@ -219,19 +209,12 @@ class Loader:
             size = tmp.stat().st_size
             if size != f.size:
                 tmp.unlink(missing_ok=True)
-                raise IntegrityError(
-                    f"{_name(m)}: file {f.path!r} is {size} bytes, the manifest says {f.size} (truncated or substituted)",
-                    reason="integrity",
-                )
+                raise _wrong_size(m, f, size)
             digest = sha256_file(tmp)
             timings["verify"] += time.perf_counter() - t1
             if digest != f.sha256:
                 tmp.unlink(missing_ok=True)
-                raise IntegrityError(
-                    f"{_name(m)}: file {f.path!r} has sha256 {digest[:16]}..., the manifest says "
-                    f"{f.sha256[:16]}... (corrupt or substituted)",
-                    reason="integrity",
-                )
+                raise _wrong_digest(m, f, digest)
             os.replace(tmp, dest)
             marker(dest).write_text(_stamp(dest, f.sha256))
         self.disk.added(key, m.total_bytes)
@@ -406,7 +389,7 @@ class Loader:
                 graph = self.graphs.find(key, gid) if gid is not None else None
                 if graph is not None:
                     files = self.graphs.read(graph)
-                    self.ram.put(key, {_SAVED[0]: files["graph.onnx"], _SAVED[1]: files["weights.bin"]})
+                    self.ram.put(key, {_SAVED[0]: files[GRAPH_FILE], _SAVED[1]: files[WEIGHTS_FILE]})
                 else:
                     path = self.disk.path(key) / m.model_file
                     data = memoryview(np.empty(m.total_bytes, dtype=np.uint8))
@@ -438,43 +421,28 @@ class Loader:
             finally:
                 self.disk.release(key)
 
-    def load(self, m: ModelManifest, progress: LoadProgress | None = None) -> LoadResult:
-        timings: dict[str, float] = {}
-        source, tier, pieces = self._source(m, timings, progress)
-        try:
-            prepare_runtime(m.format, self.device)
-            cpu = isinstance(self.probe, CpuProbe)
-            t_ask = time.perf_counter()
-            with self._lock:
-                t_got = time.perf_counter()
+    def _load_failed(self, m: ModelManifest, e: RuntimeLoadError) -> LoadFailed:
+        if self.ram is not None:
+            self.ram.discard(m.key())
+        return LoadFailed(f"{_name(m)}: {e}", reason="load_failed")
+
+    def _deserialize(self, m: ModelManifest, source: ModelSource, cpu: bool,
+                     waits: dict[str, float]) -> tuple[LoadedModel, int, float, float]:
+        """Under the loader's lock: the model built and warmed up, and the memory the probe saw it take:
+        (model, bytes, deserialize s, warm-up s). The runtime's RuntimeLoadError passes through."""
+        t_ask = time.perf_counter()
+        with self._lock:
+            t_got = time.perf_counter()
+            waits["lock_wait"] += t_got - t_ask
+            try:
                 if cpu:
                     release_free_memory()
                 before = self.probe.used()
                 t1 = time.perf_counter()
-                try:
-                    model = load_model(source, m, self.device)
-                except RuntimeLoadError as e:
-                    if not isinstance(source, GraphSource):
-                        if self.ram is not None:
-                            self.ram.discard(m.key())
-                        raise LoadFailed(f"{_name(m)}: {e}", reason="load_failed") from e
-                    # a saved or split graph that does not load is the cache's fault, not the model's: the file
-                    self._discard_graph(m, tier, source, e)
-                    if pieces is not None:  # verified bytes: the disk tier has them for this second try
-                        self._write_later(m, pieces)
-                        pieces = None
-                    source, tier, pieces = self._source(m, timings, progress, plain=True)
-                    before = self.probe.used()
-                    t1 = time.perf_counter()
-                    try:
-                        model = load_model(source, m, self.device)
-                    except RuntimeLoadError as e2:
-                        if self.ram is not None:
-                            self.ram.discard(m.key())
-                        raise LoadFailed(f"{_name(m)}: {e2}", reason="load_failed") from e2
+                model = load_model(source, m, self.device)
                 t2 = time.perf_counter()
                 try:
-                    model.run(warmup_inputs(m), [o.name for o in m.outputs])
+                    model.run(warmup_inputs(m.inputs), [o.name for o in m.outputs])
                 except Exception as e:  # noqa: BLE001 - a model that cannot run zeros is not served
                     model.close()
                     raise LoadFailed(f"{_name(m)}: warm-up inference failed: {type(e).__name__}: {e}",
@@ -483,13 +451,37 @@ class Loader:
                 if cpu:
                     release_free_memory()  # drop the load's temporaries so only what stays is counted
                 after = self.probe.used()
-                t_out = time.perf_counter()
+            finally:
+                waits["locked"] += time.perf_counter() - t_got
+        return model, max(0, after - before), t2 - t1, t3 - t2
+
+    def load(self, m: ModelManifest, progress: LoadProgress | None = None) -> LoadResult:
+        timings: dict[str, float] = {}
+        # seconds waiting for the loader's lock (one deserialize at a time per host) and holding it
+        waits = {"lock_wait": 0.0, "locked": 0.0}
+        source, tier, pieces = self._source(m, timings, progress)
+        try:
+            prepare_runtime(m.format, self.device)
+            cpu = isinstance(self.probe, CpuProbe)
+            try:
+                model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits)
+            except RuntimeLoadError as e:
+                if not isinstance(source, GraphSource):
+                    raise self._load_failed(m, e) from e
+                # a saved or split graph that does not load is the cache's fault, not the model's: the file as
+                # it is, found outside the lock (it may wait for the disk tier's write below, or read storage)
+                self._discard_graph(m, tier, source, e)
+                if pieces is not None:  # verified bytes: the disk tier has them for this second try
+                    self._write_later(m, pieces)
+                    pieces = None
+                source, tier, pieces = self._source(m, timings, progress, plain=True)
+                try:
+                    model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits)
+                except RuntimeLoadError as e2:
+                    raise self._load_failed(m, e2) from e2
         finally:
             if pieces is not None:  # the disk tier's copy of verified bytes, once the load is done with the cores
                 self._write_later(m, pieces)
-        timings["deserialize"] = t2 - t1
-        timings["warmup"] = t3 - t2
-        delta = max(0, after - before)
         if model.kept_bytes and (self.ram is None or m.key() not in self.ram):
             delta += model.kept_bytes  # the session reads weights in place from bytes no tier accounts for
         if cpu:  # in host memory the weights are at least their file's size; RSS noise cannot go below it
@@ -498,5 +490,4 @@ class Loader:
         saved = None if gid is None else isinstance(source, GraphSource) and source.optimized
         if gid is not None and not saved:
             self._save_graph_later(m)  # after the write (one background thread, in order)
-        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings, saved,
-                          {"lock_wait": t_got - t_ask, "locked": t_out - t_got})
+        return LoadResult(model, delta, delta >= m.total_bytes // 2, tier, timings, saved, waits)

@@ -127,13 +127,7 @@ class ModelManager:
                 self.device_hits += 1
                 return e.runner
             if action is Action.BACKOFF:
-                wait_ms = int((e.retry_at - now) * 1000)
-                raise Unavailable(
-                    f"model {e.manifest.model!r} version {e.manifest.version!r} failed to load: {e.error} "
-                    f"(next attempt in {wait_ms} ms)",
-                    reason="load_failed",
-                    retry_after_ms=max(wait_ms, 1),
-                )
+                raise self._backoff_error(e, now)
             if action in (Action.START_LOAD, Action.WAIT_UNLOAD):
                 self._metrics.device_lookup(hit=False)
                 self.device_misses += 1
@@ -210,18 +204,22 @@ class ModelManager:
         if e.memory_bytes > estimate:  # measured more than was reserved: back under the watermarks
             await self.enforce_watermark()
 
-    def _load_error(self, e: ModelEntry, err: Exception) -> ServingError:
-        """What every waiter of a failed load reads: the model's own error, UNAVAILABLE with the backoff
-        before the next attempt as retry-after-ms (the same answer as a request inside that backoff), so
-        that a router retries later instead of taking the host for down. Storage that is down keeps its
-        reason; anything else is `load_failed` (or the loader's more precise reason, `warmup_failed`)."""
+    @staticmethod
+    def _backoff_error(e: ModelEntry, now: float, reason: str = "load_failed", detail: str = "") -> Unavailable:
+        """A FAILED model's answer until its backoff passes: UNAVAILABLE, the model's own error, and the time
+        to the next attempt as retry-after-ms (at least 1)."""
         m = e.manifest
-        wait_ms = max(int((e.retry_at - self._clock()) * 1000), 1)
+        wait_ms = max(int((e.retry_at - now) * 1000), 1)
+        return Unavailable(f"model {m.model!r} version {m.version!r} failed to load: {e.error} "
+                           f"(next attempt in {wait_ms} ms)", reason=reason, retry_after_ms=wait_ms, detail=detail)
+
+    def _load_error(self, e: ModelEntry, err: Exception) -> ServingError:
+        """What every waiter of a failed load reads: the backoff answer (the same as a request inside that
+        backoff gets), so that a router retries later instead of taking the host for down. Storage that is
+        down keeps its reason; anything else is `load_failed` (or the loader's more precise reason,
+        `warmup_failed`)."""
         reason = err.reason if isinstance(err, Unavailable) and err.reason else "load_failed"
-        out = Unavailable(f"model {m.model!r} version {m.version!r} failed to load: {e.error} "
-                          f"(next attempt in {wait_ms} ms)", reason=reason, retry_after_ms=wait_ms,
-                          detail=err.detail if isinstance(err, ServingError) else "")
-        return out
+        return self._backoff_error(e, self._clock(), reason, err.detail if isinstance(err, ServingError) else "")
 
     def _failed(self, e: ModelEntry, err: Exception) -> None:
         m = e.manifest

@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import logging
+import shutil
 import socket
 import sys
 import threading
@@ -45,12 +46,12 @@ from ground.manifest import ModelFormat
 from ground.serving import run_until_signal
 from ground.settings import HostdSettings, S3Settings
 from ground.units import parse_bytes
+from ground.wire import SERVICE
 from protos import grpc_service_pb2, grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
 from storage_adapters import open_storage
 from catalog.repository import ModelRepository
 
 log = logging.getLogger(__name__)
-SERVICE = "inference.GRPCInferenceService"
 LOAD_WORKERS = 4  # load threads: loads, unloads and RAM-tier fills at once (the simulator models the same pool)
 
 
@@ -138,10 +139,7 @@ class Hostd:
             c.bytes.labels("ram").set(0)
         c.watermark.labels("high").set(self.budget * settings.high_watermark)
         c.watermark.labels("low").set(self.budget * settings.low_watermark)
-        disk = filesystem_bytes(self.disk.root)
-        if disk is not None:
-            c.disk_free.set(disk[0])
-            c.disk_capacity.set(disk[1])
+        self._disk_gauges(filesystem_bytes(self.disk.root))
         self._tasks: list[asyncio.Task] = []
         self.started = time.monotonic()
         self.draining = False
@@ -177,6 +175,12 @@ class Hostd:
         self.tenants.replace(limits)
         self.cache.shares = self._shares()
 
+    def _disk_gauges(self, disk: tuple[int, int] | None) -> None:
+        """The disk tier's filesystem: free bytes and size (filesystem_bytes; None: left as they were)."""
+        if disk is not None:
+            self.metrics.cache.disk_free.set(disk[0])
+            self.metrics.cache.disk_capacity.set(disk[1])
+
     async def _pressure_loop(self, interval_s: float = 1.0) -> None:
         """Device gauges, and watermark eviction from the probe's reading (NVML sees everything on the GPU,
         including memory the per-model measurements missed)."""
@@ -185,9 +189,7 @@ class Hostd:
         while True:
             try:
                 used, disk = await asyncio.to_thread(lambda: (self.probe.used(), filesystem_bytes(self.disk.root)))
-                if disk is not None:
-                    c.disk_free.set(disk[0])
-                    c.disk_capacity.set(disk[1])
+                self._disk_gauges(disk)
                 c.device_used.set(used)
                 c.device_total.set(self.probe.total())
                 util = self.probe.utilization()
@@ -311,10 +313,10 @@ def filesystem_bytes(path) -> tuple[int, int] | None:
     while not p.exists() and p != p.parent:
         p = p.parent
     try:
-        st = os.statvfs(p)
+        usage = shutil.disk_usage(p)
     except OSError:
         return None
-    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    return usage.free, usage.total
 
 
 def parse_shares(text: str, budget: int) -> dict[str, Share]:

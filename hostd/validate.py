@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ground.manifest import DATATYPES, DynamicBatching, ModelFormat, ModelManifest, TensorSpec, check_name
-from hostd.runtimes.base import DeviceSpec, RuntimeLoadError
+from ground.manifest import DynamicBatching, ModelFormat, ModelManifest, TensorSpec, check_name
+from hostd.runtimes.base import DeviceSpec, RuntimeLoadError, warmup_inputs
 from hostd.runtimes.registry import detect_format, load_model, read_signature
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -84,13 +84,6 @@ class UploadRequest:
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"malformed upload request: {type(e).__name__}: {e}") from None
-
-
-def _zeros(spec: TensorSpec) -> np.ndarray:
-    shape = [1 if d == -1 else d for d in spec.shape]
-    if spec.datatype == "BYTES":
-        return np.full(shape, b"", dtype=object)
-    return np.zeros(shape, dtype=DATATYPES[spec.datatype])
 
 
 def _check_outputs(spec: list[TensorSpec], got: dict[str, np.ndarray]) -> None:
@@ -200,7 +193,7 @@ def validate(req: UploadRequest, version: str = "0", device: DeviceSpec | None =
     except RuntimeLoadError as e:
         raise UploadRefused(f"{req.file.name} does not load as {fmt.value}: {e}") from None
     try:
-        got = loaded.run({t.name: _zeros(t) for t in inputs}, [t.name for t in outputs])
+        got = loaded.run(warmup_inputs(inputs), [t.name for t in outputs])
     except Exception as e:  # runtimes raise their own types for shape/dtype mismatches
         raise UploadRefused(f"test inference on zeros failed: {type(e).__name__}: {e}") from None
     finally:

@@ -9,7 +9,8 @@ over, and protobuf parses only the rest (names, shapes, parameters: a few hundre
 np.frombuffer views of those bytes (hostd/tensors.py); a view the runtime cannot take as it is (unaligned for
 its type) is copied in the worker thread that runs the batch, where numpy copies without holding the GIL.
 
-Small bodies go to protobuf whole: below SPLIT_FROM the copies cost less than scanning in Python.
+Small bodies go to protobuf whole: below SPLIT_FROM the copies cost less than scanning in Python. So does a
+large body without raw values (typed contents): there is nothing to keep out of protobuf's copy.
 
 The deserializer runs inside the error boundary's wrapper (ground/interceptors.py), in the call's own task;
 RAW_INPUTS carries the views from it to the handler of that same call (as WIRE_BYTES carries the size)."""
@@ -21,6 +22,7 @@ import contextvars
 from google.protobuf.message import DecodeError
 
 from ground.protowire import Malformed, split_bytes_field
+from ground.wire import SERVICE
 from protos import grpc_service_pb2 as pb
 
 RAW_FIELD = pb.ModelInferRequest.RAW_INPUT_CONTENTS_FIELD_NUMBER  # 7
@@ -31,8 +33,8 @@ RAW_INPUTS: contextvars.ContextVar[list[memoryview] | None] = contextvars.Contex
 
 
 def parse_infer_request(body: bytes) -> pb.ModelInferRequest:
-    """The request without its raw contents when the body is large (they are in RAW_INPUTS), else whole.
-    Raises DecodeError for a body protobuf would refuse."""
+    """The request without its raw contents when the body is large and has some (they are in RAW_INPUTS),
+    else whole. Raises DecodeError for a body protobuf would refuse."""
     if len(body) < SPLIT_FROM:
         RAW_INPUTS.set(None)
         return pb.ModelInferRequest.FromString(body)
@@ -40,9 +42,12 @@ def parse_infer_request(body: bytes) -> pb.ModelInferRequest:
         raw, rest = split_bytes_field(body, RAW_FIELD)
     except Malformed as e:
         raise DecodeError(str(e)) from None
+    if not raw:  # typed contents, no raw values: joining the rest would copy the whole body for nothing
+        RAW_INPUTS.set(None)
+        return pb.ModelInferRequest.FromString(body)
     req = pb.ModelInferRequest.FromString(b"".join(rest))
     RAW_INPUTS.set(raw)
     return req
 
 
-DECODERS = {"/inference.GRPCInferenceService/ModelInfer": parse_infer_request}  # for ErrorInterceptor
+DECODERS = {f"/{SERVICE}/ModelInfer": parse_infer_request}  # for ErrorInterceptor

@@ -40,11 +40,9 @@ class GraphId:
 
 
 class GraphCache:
-    def __init__(self, disk: DiskTier, graph_file: str = "graph.onnx") -> None:
+    def __init__(self, disk: DiskTier, graph_file: str) -> None:
         self.disk = disk
-        self.graph_file = graph_file
-        self.hits = 0
-        self.misses = 0
+        self.graph_file = graph_file  # the file the runtime loads (hostd/runtimes/onnx.py: GRAPH_FILE)
         self.invalid = 0  # entries found changed (or unreadable) and removed
 
     def _dir(self, key: tuple[str, str, str], gid: GraphId) -> Path:
@@ -54,7 +52,6 @@ class GraphCache:
         """The saved graph's path when the entry is whole and untouched since it was written."""
         d = self._dir(key, gid)
         if not d.is_dir():
-            self.misses += 1
             return None
         try:
             meta = json.loads((d / _META).read_text())
@@ -67,9 +64,7 @@ class GraphCache:
             log.warning("graph cache: %s for %s was changed or is incomplete; removed (the original model "
                         "is loaded instead)", gid.name, "/".join(key))
             self.discard(key, gid)
-            self.misses += 1
             return None
-        self.hits += 1
         return d / self.graph_file
 
     def read(self, graph: Path) -> dict[str, bytes]:

@@ -228,7 +228,7 @@ class DecayedGDSFPolicy:
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
         self._since_sweep = 0
-        self._log_ratio: dict[Key, float] = {}  # resident -> log(load_cost / size)
+        self._log_ratio: dict[Key, tuple[int, float, float]] = {}  # resident -> (size, load_cost, log(cost / size))
 
     def count(self, key: Key) -> float:
         """The key's decayed request count now."""
@@ -244,17 +244,24 @@ class DecayedGDSFPolicy:
             self._heap = [(self._prio[k], s, k) for k, s in self._stamp.items()]
             heapq.heapify(self._heap)
 
+    def _ratio(self, key: Key, size: int, cost: float) -> float:
+        """log(cost / size), computed again only when the key's size or cost changed."""
+        r = self._log_ratio.get(key)
+        if r is None or r[0] != size or r[1] != cost:
+            r = self._log_ratio[key] = (size, cost, math.log(max(cost, 1e-9) / max(size, 1)))
+        return r[2]
+
     def _priority(self, key: Key) -> float:
         """log of the value, shifted by the time term so that it stays comparable as time passes."""
         f, at = self.history[key]
-        return math.log(f) + self._log_ratio[key] + _LN2 * at / self.half_life
+        return math.log(f) + self._log_ratio[key][2] + _LN2 * at / self.half_life
 
     def on_access(self, key: Key, now: float, size: int, cost: float) -> None:
         self.t += 1
         self._since_sweep += 1
-        self.history[key] = (1.0 + self.count(key), self.t)
-        self._log_ratio[key] = math.log(max(cost, 1e-9) / max(size, 1))
-        self._push(key, self._priority(key))
+        f = 1.0 + self.count(key)
+        self.history[key] = (f, self.t)
+        self._push(key, math.log(f) + self._ratio(key, size, cost) + _LN2 * self.t / self.half_life)  # = _priority(key)
         if self._since_sweep >= self.half_life:
             self._sweep()
 
@@ -283,7 +290,7 @@ class DecayedGDSFPolicy:
         self._prio, self._stamp, self._heap, self._log_ratio = {}, {}, [], {}
         for r in sorted(residents, key=lambda r: r.last_use):
             self.history[r.key] = (max(self.count(r.key), float(max(r.hits, 1))), self.t)
-            self._log_ratio[r.key] = math.log(max(r.load_cost, 1e-9) / max(r.size, 1))
+            self._ratio(r.key, r.size, r.load_cost)
             self._push(r.key, self._priority(r.key))
 
     def __contains__(self, key: Key) -> bool:

@@ -6,10 +6,13 @@ Only the interface lives here; hostd/runtimes/registry.py maps each model format
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ground.manifest import DATATYPES, TensorSpec
 
 
 class RuntimeLoadError(Exception):
@@ -62,3 +65,16 @@ class LoadedModel(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release every reference to runtime memory (sessions, modules, device buffers)."""
+
+
+def warmup_inputs(inputs: Iterable[TensorSpec]) -> dict[str, np.ndarray]:
+    """Zeros of every input, batch 1, dynamic dimensions 1: the loader's warm-up and the upload check's test
+    inference (hostd/validate.py)."""
+    out = {}
+    for t in inputs:
+        shape = [1 if d == -1 else d for d in t.shape]
+        if t.datatype == "BYTES":
+            out[t.name] = np.full(shape, b"", dtype=object)
+        else:
+            out[t.name] = np.zeros(shape, dtype=DATATYPES[t.datatype])
+    return out

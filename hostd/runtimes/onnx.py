@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hostd.runtimes.base import DeviceSpec, LoadedModel, ModelSource, RuntimeLoadError, GraphSource
-from hostd.runtimes.onnx_split import split_in_place, split_initializers
+from hostd.runtimes.onnx_split import split_in_place
 from ground.manifest import ModelManifest, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -108,12 +108,9 @@ def _session(source: ModelSource, device: DeviceSpec, so=None):
             _in_memory(so, WEIGHTS_FILE if source.optimized else _SPLIT_WEIGHTS, source.weights, source.in_place)
             model, kept = source.graph, (source.weights if source.in_place else None)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        graph = split_initializers(source, _SPLIT_WEIGHTS)  # misaligned weights are copied, the rest not
-        if graph is not None:
-            _in_memory(so, _SPLIT_WEIGHTS, source)
-            model, kept = graph, source
-        else:
-            model = bytes(source)
+        # the file as it is: splitting its weights out is the loader's decision (split_model), and its
+        # fallback after a split graph failed to load must not split again
+        model = bytes(source)
     else:
         model = str(source)
     try:

@@ -22,7 +22,7 @@ import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ground.protowire import encode_varint
+from ground.protowire import LENGTH_DELIMITED, Malformed, encode_varint, read_tag, read_varint, skip_value
 
 # Field numbers from onnx.proto3
 _MODEL_GRAPH = 7
@@ -31,7 +31,6 @@ _TENSOR_DATA_TYPE = 2
 _TENSOR_RAW_DATA = 9
 _TENSOR_EXTERNAL_DATA = 13
 _TENSOR_DATA_LOCATION = 14
-_LEN = 2
 MIN_EXTERNAL_BYTES = 1024  # smaller initializers stay inline (shapes, scalars: nothing to gain)
 # bytes per element by TensorProto.DataType (FLOAT, UINT8, INT8, UINT16, INT16, INT32, INT64, BOOL, FLOAT16,
 # DOUBLE, UINT32, UINT64, COMPLEX64, COMPLEX128, BFLOAT16); others (4-bit, 8-bit floats) need 1
@@ -66,51 +65,28 @@ class Split:
         yield view[pos:]
 
 
-class _Malformed(Exception):
-    pass
-
-
-def _varint(b: memoryview, i: int, end: int) -> tuple[int, int]:
-    r = shift = 0
-    while True:
-        if i >= end or shift > 63:
-            raise _Malformed
-        c = b[i]
-        i += 1
-        r |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return r, i
-
-
-
-
 def _fields(b: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """(field number, wire type, field start, payload start, field end) for each field in b[start:end]."""
+    """(field number, wire type, field start, payload start, field end) for each field in b[start:end].
+    Raises Malformed (ground/protowire.py), also for groups, which onnx.proto does not have."""
     i = start
     while i < end:
-        tag, j = _varint(b, i, end)
+        tag, j = read_tag(b, i, end)
         num, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _, k = _varint(b, j, end)
-            ps = j
-        elif wire == 1:
-            ps, k = j, j + 8
-        elif wire == 5:
-            ps, k = j, j + 4
-        elif wire == _LEN:
-            n, ps = _varint(b, j, end)
+        if wire == LENGTH_DELIMITED:
+            n, ps = read_varint(b, j, end)
             k = ps + n
-        else:  # groups (3, 4) are not in onnx.proto
-            raise _Malformed
-        if k > end or num == 0:
-            raise _Malformed
+            if k > end:
+                raise Malformed("truncated field")
+        elif wire in (3, 4):
+            raise Malformed("a group")
+        else:
+            ps, k = j, skip_value(b, j, end, num, wire)
         yield num, wire, i, ps, k
         i = k
 
 
 def _len_field(field: int, payload: bytes) -> bytes:
-    return encode_varint(field << 3 | _LEN) + encode_varint(len(payload)) + payload
+    return encode_varint(field << 3 | LENGTH_DELIMITED) + encode_varint(len(payload)) + payload
 
 
 def _external_tensor(b: memoryview, header: int, start: int, end: int, location: bytes,
@@ -123,14 +99,14 @@ def _external_tensor(b: memoryview, header: int, start: int, end: int, location:
     elem = 1
     for num, wire, fs, ps, fe in _fields(b, start, end):
         if num in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION):
-            raise _Malformed  # already external: not a self-contained file
-        if num == _TENSOR_RAW_DATA and wire == _LEN:
+            raise Malformed("already external data: not a self-contained file")
+        if num == _TENSOR_RAW_DATA and wire == LENGTH_DELIMITED:
             if raw is not None:
-                raise _Malformed
+                raise Malformed("raw_data twice")
             raw = (ps, fe - ps)
         else:
             if num == _TENSOR_DATA_TYPE and wire == 0:
-                elem = _ELEMENT.get(_varint(b, ps, fe)[0], 1)
+                elem = _ELEMENT.get(read_varint(b, ps, fe)[0], 1)
             kept += b[fs:fe]
     if raw is None or raw[1] < MIN_EXTERNAL_BYTES:
         return None
@@ -176,21 +152,21 @@ def _split(data: bytes | bytearray | memoryview, location: str, align_base: int 
     graphs = moved = 0
     try:
         for num, wire, fs, ps, fe in _fields(b, 0, len(b)):
-            if num != _MODEL_GRAPH or wire != _LEN:
+            if num != _MODEL_GRAPH or wire != LENGTH_DELIMITED:
                 out += b[fs:fe]
                 continue
             graphs += 1
             g = bytearray()
             for gfield, gwire, gfs, gps, gfe in _fields(b, ps, fe):
                 tensor = (_external_tensor(b, gfs, gps, gfe, loc, align_base, moves)
-                          if gfield == _GRAPH_INITIALIZER and gwire == _LEN else None)
+                          if gfield == _GRAPH_INITIALIZER and gwire == LENGTH_DELIMITED else None)
                 if tensor is None:
                     g += b[gfs:gfe]
                 else:
                     g += _len_field(_GRAPH_INITIALIZER, tensor)
                     moved += 1
             out += _len_field(_MODEL_GRAPH, bytes(g))
-    except _Malformed:
+    except Malformed:
         return None
     if graphs != 1 or not moved:
         return None

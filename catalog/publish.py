@@ -4,30 +4,20 @@ service (a tenant) validate the model (hostd/validate.py) and then call this."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ground.hashing import sha256_file
 from ground.manifest import FileEntry, ModelManifest, model_prefix
 from storage_adapters.base import ProgressFn
 from catalog.repository import ModelRepository
 
-_CHUNK = 1 << 20
+__all__ = ["VersionExists", "next_version", "publish_new_version", "publish_version", "sha256_file"]
 
 
 class VersionExists(Exception):
     """The version already has a manifest: versions are immutable."""
-
-
-def sha256_file(path: Path, progress: ProgressFn | None = None) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            if progress:
-                progress(len(chunk))
-    return h.hexdigest()
 
 
 def publish_version(
@@ -35,13 +25,24 @@ def publish_version(
     manifest: ModelManifest,
     files: dict[str, Path],
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    known: dict[str, tuple[int, str]] | None = None,
 ) -> ModelManifest:
     """`files` maps the path inside the version folder to a local file. Returns the manifest as written,
-    with `files` filled in (size and sha256 of each) and `uploaded_at` set when it was not."""
+    with `files` filled in (size and sha256 of each) and `uploaded_at` set when it was not.
+
+    `known` maps some of those paths to the (size, sha256) the caller already computed (the router hashes an
+    upload as it arrives): those files are not read again here. A file whose size is no longer the known one
+    changed since it was hashed: ValueError, nothing written."""
+    known = known or {}
     entries = []
     for rel, local in sorted(files.items()):
         size = local.stat().st_size
-        digest = sha256_file(local)
+        if rel in known:
+            known_size, digest = known[rel]
+            if size != known_size:
+                raise ValueError(f"{local}: {size} bytes, {known_size} when it was hashed: changed since")
+        else:
+            digest = sha256_file(local)
         key = repo.file_key(manifest, rel)
         cb = progress_for(rel, size) if progress_for else None
         repo.storage.upload_file(local, key, progress=cb)
@@ -66,12 +67,14 @@ def publish_new_version(
     manifest: ModelManifest,
     files: dict[str, Path],
     progress_for: Callable[[str, int], ProgressFn | None] | None = None,
+    known: dict[str, tuple[int, str]] | None = None,
 ) -> ModelManifest:
     """publish_version, refusing (VersionExists) a version that already has a manifest. The check and the
-    write are not atomic across writers: callers that may race on one model serialize (router/uploads.py
-    holds a lock per model; two writers on different routers at once are caught only by the version folder
-    numbering, see docs/storage.md)."""
+    write are not atomic across writers: router/uploads.py takes one upload at a time per tenant on each
+    router (UploadSlots), so a router never races itself on a tenant's model; two writers at the same moment
+    on different routers (or a router and `mmhost upload --store`) can both pass the check, or both pick the
+    same next_version number, and are not caught here (docs/storage.md: enable bucket versioning)."""
     if manifest.version in repo.versions(manifest.tenant, manifest.model):
         raise VersionExists(f"model {manifest.model!r} version {manifest.version!r} already exists; "
                             "versions are immutable")
-    return publish_version(repo, manifest, files, progress_for)
+    return publish_version(repo, manifest, files, progress_for, known)

@@ -126,8 +126,7 @@ def _upload_via_router(err: Console, file: Path, router: str, api_key: str, tls_
 
     if not file.is_file():
         raise _fail(err, f"{file}: no such file")
-    h = header(file, model, fmt=fmt.value if fmt else None, config=cfg,
-               **{**opts, "instance_count": opts["instance_count"] if opts["instance_count"] != 1 else 0})
+    h = header(file, model, fmt=fmt.value if fmt else None, config=cfg, **opts)
     target = RouterTarget(router, api_key, tls_ca, plaintext)
     try:
         with _bar(err) as bar:

@@ -9,12 +9,12 @@ imported, so a second run after fixing one model finishes the job.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.repository import ModelRepository
+from ground.hashing import sha256_file
 from ground.manifest import ModelFormat, ModelManifest, check_name
 from mmhost.triton_config import DEFAULT_FILENAME, TritonConfigError, TritonModelConfig, parse_pbtxt
 from mmhost.upload import DEFAULT_MAX_BYTES, UploadRefused, UploadRequest, upload
@@ -80,11 +80,7 @@ def _model_file(version_dir: Path, cfg: TritonModelConfig) -> Path:
 
 def _same_bytes(repo: ModelRepository, tenant: str, model: str, version: str, file: Path) -> bool:
     m = repo.manifest(tenant, model, version)
-    h = hashlib.sha256()
-    with file.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return m.file_entry(m.model_file).sha256 == h.hexdigest()
+    return m.file_entry(m.model_file).sha256 == sha256_file(file)
 
 
 def import_model(

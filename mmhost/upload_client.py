@@ -4,7 +4,6 @@ the header; the router validates and publishes it under the key's tenant. No sto
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import grpc
 
+from ground.hashing import sha256_file
 from ground.manifest import TensorSpec
 from ground.wire import UPLOADS_SERVICE, reason_of
 from protos import uploads_pb2 as pb
@@ -46,13 +46,15 @@ class RouterTarget:
 
 
 def digest(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
+    """(size, sha256) of the bytes read, in one pass."""
     n = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            n += len(chunk)
-    return n, h.hexdigest()
+
+    def count(k: int) -> None:
+        nonlocal n
+        n += k
+
+    sha = sha256_file(path, count)
+    return n, sha
 
 
 def _spec(t: TensorSpec) -> pb.TensorSpec:

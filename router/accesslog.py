@@ -17,11 +17,13 @@ Every line has every key, in this order:
   compute time; null where no hostd got that far. total_ms: the router's time for the request.
 - bytes_in, bytes_out: request and response message bytes.
 
-Off the request path: `write` appends a tuple to a bounded queue; a thread of its own turns them into
-JSON and writes them in batches (every FLUSH_S and on close). Past `max_pending` lines waiting (a stuck
-disk), new lines are dropped; they and the lines of a failed write are counted (`on_drop`:
-mmhost_router_access_log_dropped_total). A file rotates by size: past `max_bytes`, FILE
-becomes FILE.1 (FILE.1 becomes FILE.2 ..., `backups` kept). '-' writes to stdout, where nothing else goes
+Off the request path: `write` appends a tuple to a bounded queue (the hostd's `mmhost-served` trailer as it
+came, undecoded); a thread of its own decodes the trailers, turns the tuples into JSON and writes them in
+batches (every FLUSH_S and on close). Past `max_pending` lines waiting (a stuck disk), new lines are dropped;
+they and the lines of a failed write are counted (`on_drop`: mmhost_router_access_log_dropped_total). A file
+rotates by size: past `max_bytes`, FILE becomes FILE.1 (FILE.1 becomes FILE.2 ..., `backups` kept); a rotation
+that fails (FILE moved away or a rename refused) leaves FILE open for appending, and the writer thread goes on
+(it reports a failure once on stderr until a write works again). '-' writes to stdout, where nothing else goes
 (mmhost logs to stderr), so `kubectl logs` of a router with `--access-log -` is the trace.
 """
 
@@ -45,10 +47,25 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
+def _served_ms(value: str) -> tuple[str, int, float, float, float] | None:
+    """The `mmhost-served` trailer (ground/served.py: v=1;b=5300000;l=0.000;q=0.120;c=1.300) as (version,
+    size_bytes, load_ms, queue_ms, compute_ms), its milliseconds as sent; None when malformed."""
+    try:
+        f = dict(part.split("=", 1) for part in value.split(";"))
+        return f["v"], int(f["b"]), float(f["l"]), float(f["q"]), float(f["c"])
+    except (KeyError, ValueError):
+        return None
+
+
 def encode(rec: tuple) -> str:
-    """One line (with its newline) from a tuple in FIELDS order."""
+    """One line (with its newline) from a tuple in FIELDS order, then the `mmhost-served` trailer (or None):
+    where it is there and well formed, its version, size and times replace the tuple's."""
     (ts, tenant, model, version, size, host, status, reason, load_ms, queue_ms, compute_ms, total_ms, b_in, b_out,
-     rid) = rec
+     rid, served) = rec
+    if served and (decoded := _served_ms(served)) is not None:
+        version, size, load_ms, queue_ms, compute_ms = decoded
+    # json.dumps escapes every non-ASCII character (ensure_ascii, its default): a line is ASCII, so its length
+    # in characters is its length in bytes (flush counts the file's size with len(), without encoding).
     return json.dumps({"ts": round(ts, 6), "tenant": tenant, "model": model, "version": version, "size_bytes": size,
                        "host": host, "status": status, "reason": reason, "load_ms": _ms(load_ms),
                        "queue_ms": _ms(queue_ms), "compute_ms": _ms(compute_ms), "total_ms": round(total_ms, 3),
@@ -88,15 +105,17 @@ class AccessLog:
 
     def write(self, *, ts: float, tenant: str, model: str, version: str, host: str, total_ms: float, status: str,
               bytes_in: int, bytes_out: int, id: str, size_bytes: int | None = None, reason: str = "",
-              load_ms: float | None = None, queue_ms: float | None = None, compute_ms: float | None = None) -> None:
-        """Queue one line (no encoding, no I/O here)."""
+              load_ms: float | None = None, queue_ms: float | None = None, compute_ms: float | None = None,
+              served: str | None = None) -> None:
+        """Queue one line (no encoding, no I/O here). `served`: the hostd's `mmhost-served` trailer, decoded in
+        the writer thread; when well formed, its version, size and times are the line's (else the ones given)."""
         if self._out is None:
             return
         if len(self._pending) >= self._max_pending:
             self._count_dropped(1)
             return
         self._pending.append((ts, tenant, model, version, size_bytes, host, status, reason or "", load_ms, queue_ms,
-                              compute_ms, total_ms, bytes_in, bytes_out, id))
+                              compute_ms, total_ms, bytes_in, bytes_out, id, served))
 
     def _count_dropped(self, n: int) -> None:
         self.dropped += n
@@ -116,9 +135,10 @@ class AccessLog:
             try:
                 self.flush()
                 failing = False
-            except OSError as e:  # a full or gone disk: say so once on stderr, keep serving (those lines are lost)
-                if not failing:
-                    print(f"access log: write failed (lines are lost until it works again): {e}", file=sys.stderr)
+            except Exception as e:  # a full or gone disk, a failed rotation, a closed stream: the thread goes on
+                if not failing:  # say so once on stderr, keep serving (lines are lost until a write works)
+                    print(f"access log: write or rotation failed (lines may be lost until it works again): {e!r}",
+                          file=sys.stderr)
                 failing = True
 
     def flush(self) -> None:
@@ -135,35 +155,54 @@ class AccessLog:
                 return
             text = "".join(lines)
             try:
+                if out.closed and self._path is not None:  # a rotation could not reopen the file: again now
+                    self._open("a")
+                    out = self._out
                 out.write(text)
                 out.flush()
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a closed stream
                 self._count_dropped(len(lines))
                 raise
             if self._max_bytes:
-                self._size += len(text.encode("utf-8"))
+                self._size += len(text)  # ASCII (see encode): characters are bytes
                 if self._size >= self._max_bytes:
                     self._rotate()
 
+    def _open(self, mode: str) -> None:
+        """(Re)open the file at `path`; what it holds already counts toward max_bytes."""
+        assert self._path is not None
+        out = open(self._path, mode, encoding="utf-8")  # noqa: SIM115 - closed in close() or the next rotation
+        self._out = out
+        self._size = os.fstat(out.fileno()).st_size
+
     def _rotate(self) -> None:
+        """FILE becomes FILE.1 (...) and a new FILE is opened. Whatever fails, a file is open at FILE afterwards:
+        the old one, appended to, when a rename failed (the error is raised, and the next flush tries again);
+        a new one when FILE was moved away. When even the open fails, the next flush tries to open it."""
         assert self._path is not None and self._out is not None
-        self._out.close()
         path = self._path
-        if self._backups > 0:
-            for i in range(self._backups - 1, 0, -1):
-                if os.path.exists(f"{path}.{i}"):
-                    os.replace(f"{path}.{i}", f"{path}.{i + 1}")
-            os.replace(path, f"{path}.1")
-        self._out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close() or the next rotation
-        self._size = 0
+        rotated = False
+        try:
+            self._out.close()
+            if self._backups > 0:
+                for i in range(self._backups - 1, 0, -1):
+                    if os.path.exists(f"{path}.{i}"):
+                        os.replace(f"{path}.{i}", f"{path}.{i + 1}")
+                if os.path.exists(path):  # else moved away already (by hand, or another rotator)
+                    os.replace(path, f"{path}.1")
+            rotated = True
+        finally:
+            self._open("w" if rotated else "a")
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
             self._thread = None
-        self.flush()
-        with self._lock:
-            if self._out is not None and self._out is not sys.stdout:
-                self._out.close()
-            self._out = None
+        try:
+            self.flush()
+        finally:  # the file is closed even when the last lines could not be written
+            with self._lock:
+                if self._out is not None and self._out is not sys.stdout:
+                    self._out.close()
+                self._out = None

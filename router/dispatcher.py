@@ -78,8 +78,6 @@ class Dispatcher:
                                        reason=Reason.DEADLINE.value)
             self.local.begin(key, p.host)
             try:
-                if trailers is None:
-                    return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md), p.host
                 return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md,
                                               trailers=trailers), p.host
             except HostError as e:

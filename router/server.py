@@ -140,14 +140,15 @@ class Router:
 
     async def refresh_hosts(self) -> None:
         await self.forwarder.rotate()  # the client certificate to hostds changed on disk: new channels
-        if self._aredis is None:
+        # Redis mode: whether Redis answers is a metric (mmhost_router_redis_up; alert MmhostRedisUnreachable)
+        redis = self._aredis is not None
+        try:
             statuses = await self.source.read()
-        else:  # Redis mode: whether Redis answers is a metric (mmhost_router_redis_up; alert MmhostRedisUnreachable)
-            try:
-                statuses = await self.source.read()
-            except Exception:
+        except Exception:
+            if redis:
                 self.metrics.redis_up.set(0)
-                raise
+            raise
+        if redis:
             self.metrics.redis_up.set(1)
         self.cluster.apply(statuses, self.source.complete, self.clock())
         self.metrics.hosts_up.set(len(self.cluster.eligible()))

@@ -39,7 +39,6 @@ from ground.interceptors import with_error_boundary
 from ground.inflight_policy import InflightBytes, budget_of
 from ground.params import param_int
 from ground.settings import RouterSettings
-from ground.served import Served
 from ground.wire import EXTENSIONS, SERVED, SERVICE, TENANT_HEADER, Reason, trailer
 from protos import grpc_service_pb2 as pb
 from router.accesslog import AccessLog
@@ -172,7 +171,7 @@ class RouterServicer:
         deadline = self._deadline(context, t0, _param_int(hdr.parameters, "timeout"))
         status, host, resp, known, reason = "OK", "", b"", False, ""
         trailers: list | None = [] if self.access_log.enabled else None  # the hostd's mmhost-served, for the log
-        served: Served | None = None
+        served: str | None = None  # the hostd's mmhost-served trailer, as sent: the access log's thread decodes it
         charged = 0
         try:
             if not model:
@@ -192,14 +191,13 @@ class RouterServicer:
             finally:
                 self._leave(tenant)
             if trailers:
-                served = Served.decode(trailer(trailers, SERVED))
+                served = trailer(trailers, SERVED)
             return resp
         except ServingError as e:
             status, reason = e.code.name, e.wire_reason
             if isinstance(e, Forwarded):
                 host = e.host
-                if e.served is not None:
-                    served = Served.decode(e.served)
+                served = e.served
             elif e.reason and status in SHED_CODES:
                 # the router's own refusal; a hostd counts the ones it forwards
                 self.metrics.shed.labels(tenant, model if known else "(unknown)", e.reason).inc()
@@ -218,14 +216,14 @@ class RouterServicer:
                 self._log(ts, tenant, model, version, host, total, status, reason, len(body), resp, hdr.id, served)
 
     def _log(self, ts: float, tenant: str, model: str, version: str, host: str, total: float, status: str,
-             reason: str, bytes_in: int, resp: bytes, rid: str, served: Served | None) -> None:
-        """One access log line (router/accesslog.py): what the hostd said served it, else what is known here."""
-        if served is not None:
-            self.access_log.write(ts=ts, tenant=tenant, model=model, version=served.version, host=host,
+             reason: str, bytes_in: int, resp: bytes, rid: str, served: str | None) -> None:
+        """One access log line (router/accesslog.py): what the hostd said served it (its `mmhost-served` trailer,
+        decoded off the event loop by the access log's writer), else what is known here. A malformed trailer
+        (not from a hostd) leaves the line with the version asked for and no size."""
+        if served:
+            self.access_log.write(ts=ts, tenant=tenant, model=model, version=version, host=host,
                                   total_ms=total * 1000, status=status, bytes_in=bytes_in, bytes_out=len(resp),
-                                  id=rid, size_bytes=served.size_bytes, reason=reason,
-                                  load_ms=served.load_s * 1000, queue_ms=served.queue_s * 1000,
-                                  compute_ms=served.compute_s * 1000)
+                                  id=rid, reason=reason, served=served)
             return
         if resp:  # a hostd that sent no mmhost-served: the response names the version
             try:

@@ -18,23 +18,30 @@ One call, in order:
 3. The file's chunks go to a temporary file in upload_dir, sha256 computed on the way; the call is refused
    (RESOURCE_EXHAUSTED upload_too_large) as soon as the bytes pass upload_max_bytes, so no more than that is
    ever held. The size and digest must match the header's when it states them. A stream that sends nothing
-   for upload_idle_timeout_s is DEADLINE_EXCEEDED (a stalled client does not keep its place).
+   for upload_idle_timeout_s is DEADLINE_EXCEEDED (a stalled client does not keep its place), and so is one
+   whose file is not whole within upload_idle_timeout_s + (declared size, else upload_max_bytes) /
+   MIN_UPLOAD_BYTES_PER_S (`receive_limit_s`): a client trickling a byte just within the idle timeout does
+   not keep its place for ever either.
 4. Validation in a worker process (`python -m hostd.validate`, the checks of `mmhost upload --store`: safe
    format, self-contained, loads in the runtime that will serve it, runs on zeros), with
    upload_validate_timeout_s, an environment without the router's credentials, and niceness 10. A refusal is
    INVALID_ARGUMENT model_invalid, with the validator's reason. Only the verdict is taken from the worker (it
    parsed a tenant's file, so a crafted one may have taken it over): the manifest must name the key's tenant,
-   the model and version asked for, and a plain model file name. The worker still runs as the router's user:
+   the model and version asked for, and a plain model file name. Its output is read with a bound: past
+   MAX_WORKER_STDOUT bytes of answer or MAX_WORKER_STDERR bytes of diagnostics it is killed and the model
+   refused (model_invalid), and only the tail of its stderr is kept. The worker still runs as the router's user:
    a separate user, no network and a seccomp profile would confine it further (not done).
-5. Published by catalog.publish (files first, manifest last) under the tenant's prefix, then indexed in the
-   catalog (Redis), and this router's directory forgets the name: the model is callable when the call returns.
-   A version that exists already is ALREADY_EXISTS version_exists.
+5. Published by catalog.publish (files first, manifest last, with the size and sha256 computed in step 3: the
+   file is not read again) under the tenant's prefix, then indexed in the catalog (Redis), and this router's
+   directory forgets the name: the model is callable when the call returns. A version that exists already is
+   ALREADY_EXISTS version_exists (a version the caller named is checked before validation too).
 The temporary file is removed whatever happens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -76,6 +83,18 @@ BUSY_RETRY_MS = 5000
 # and nothing else (no AWS_*, no MMHOST_*: it runs a tenant's model and needs no credential)
 WORKER_ENV = ("PATH", "PYTHONPATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 VALIDATOR = (sys.executable, "-m", "hostd.validate")
+# The worker's output, read with a bound (a crafted model may have taken the worker over and flood it): its
+# answer (a manifest: names, tensor specs, a config) is far below MAX_WORKER_STDOUT; its stderr (the runtimes'
+# warnings) is read up to MAX_WORKER_STDERR and only its last STDERR_TAIL bytes are kept. Past either the
+# worker is killed and the model refused (model_invalid).
+MAX_WORKER_STDOUT = 1 << 20
+MAX_WORKER_STDERR = 16 << 20
+STDERR_TAIL = 4096
+_READ = 64 << 10
+# The slowest upload taken: a file must be whole within upload_idle_timeout_s + its size (declared, else
+# upload_max_bytes) at this rate (with the defaults, 1 GiB in about 34 minutes), whatever the gaps between
+# messages; a setting of its own would belong in RouterSettings (ground/settings.py).
+MIN_UPLOAD_BYTES_PER_S = 512 << 10
 
 
 class UploadSlots:
@@ -101,6 +120,18 @@ def worker_env(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, 
     env["CUDA_VISIBLE_DEVICES"] = ""  # validation runs on the CPU, never on a device a hostd may share
     env["OMP_NUM_THREADS"] = "1"
     return env
+
+
+class _WorkerFlood(Exception):
+    def __init__(self, stream: str, limit: int) -> None:
+        super().__init__(stream)
+        self.stream, self.limit = stream, limit
+
+
+def receive_limit_s(declared_size: int, max_bytes: int, idle_s: float) -> float:
+    """How long receiving one file may take in all: the idle timeout (to get going) plus its size (the
+    header's, else the most it may be) at MIN_UPLOAD_BYTES_PER_S."""
+    return idle_s + (declared_size or max_bytes) / MIN_UPLOAD_BYTES_PER_S
 
 
 def _too_large(limit: int) -> ResourceExhausted:
@@ -205,21 +236,26 @@ class Uploads:
             header, request = read_header(await self._next(it), tenant, self.max_bytes)
             tmp = Path(tempfile.mkdtemp(prefix="mmhost-upload-", dir=self.dir))
             file = tmp / header.model  # a checked name: validation messages name the tenant's model, not a temp file
+            limit_s = receive_limit_s(header.size_bytes, self.max_bytes, self.settings.upload_idle_timeout_s)
             with open(file, "xb") as f:
-                size, digest = await self._receive(it, f, tenant)
+                size, digest = await self._receive(it, f, tenant, (self.clock() + limit_s, limit_s))
             if header.size_bytes and size != header.size_bytes:
                 raise InvalidArgument(f"received {size} bytes, the header said {header.size_bytes}: upload cut short?")
             if header.sha256 and digest != header.sha256.strip().lower():
                 raise InvalidArgument("the file's sha256 does not match the header's: corrupted in transit?")
             model = header.model
-            version = header.version or await self._store(next_version, self.repo, tenant, model)
-            if version in await self._store(self.repo.versions, tenant, model):  # before the costly validation
-                raise AlreadyExists(f"model {shown(model)} version {shown(version)} already exists; versions are "
-                                    "immutable", reason=Reason.VERSION_EXISTS.value)
+            if header.version:  # a version named by the caller: refused before the costly validation
+                version = header.version
+                if version in await self._store(self.repo.versions, tenant, model):
+                    raise AlreadyExists(f"model {shown(model)} version {shown(version)} already exists; versions "
+                                        "are immutable", reason=Reason.VERSION_EXISTS.value)
+            else:  # one past every version folder: not among the versions (publish_new_version checks again)
+                version = await self._store(next_version, self.repo, tenant, model)
             manifest = await self._validate({**request, "file": str(file), "version": version})
             _check_answer(manifest, tenant, model, version)
             try:
-                final = await self._store(publish_new_version, self.repo, manifest, {manifest.model_file: file})
+                final = await self._store(publish_new_version, self.repo, manifest, {manifest.model_file: file},
+                                          None, {manifest.model_file: (size, digest)})
             except VersionExists as e:
                 raise AlreadyExists(str(e), reason=Reason.VERSION_EXISTS.value) from None
             indexed = await self._index(final)
@@ -243,12 +279,13 @@ class Uploads:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    async def _receive(self, it, f, tenant: str) -> tuple[int, str]:
-        """Chunks into `f` until the stream ends; refused as soon as they pass max_bytes."""
+    async def _receive(self, it, f, tenant: str, deadline: tuple[float, float] | None = None) -> tuple[int, str]:
+        """Chunks into `f` until the stream ends; refused as soon as they pass max_bytes, and past `deadline`
+        ((when, by self.clock), and its length in seconds)."""
         h = hashlib.sha256()
         n = 0
         bytes_counter = self.metrics.upload_bytes.labels(tenant)
-        while (raw := await self._next(it)) is not None:
+        while (raw := await self._next(it, deadline)) is not None:
             msg = _parse(raw)
             if msg.WhichOneof("part") != "chunk":
                 raise InvalidArgument("a second header: send one header, then chunks")
@@ -260,14 +297,23 @@ class Uploads:
             await asyncio.to_thread(_absorb, f, h, chunk)
         return n, h.hexdigest()
 
-    async def _next(self, it) -> bytes | None:
-        """The next message, None at the end of the stream; DeadlineExceeded after upload_idle_timeout_s."""
+    async def _next(self, it, deadline: tuple[float, float] | None = None) -> bytes | None:
+        """The next message, None at the end of the stream; DeadlineExceeded after upload_idle_timeout_s, or
+        once `deadline` ((when, by self.clock), and its length in seconds) has passed."""
         idle = self.settings.upload_idle_timeout_s
+        wait, whole = idle, False
+        if deadline is not None and deadline[0] - self.clock() < idle:
+            wait, whole = max(deadline[0] - self.clock(), 0.0), True
         try:
-            return await asyncio.wait_for(it.__anext__(), idle)
+            return await asyncio.wait_for(it.__anext__(), wait)
         except StopAsyncIteration:
             return None
         except asyncio.TimeoutError:
+            if whole:
+                assert deadline is not None
+                raise DeadlineExceeded(f"the upload was not whole within {deadline[1]:g} s (its size at "
+                                       f"{MIN_UPLOAD_BYTES_PER_S} bytes/s, plus {idle:g} s)",
+                                       reason=Reason.DEADLINE.value) from None
             raise DeadlineExceeded(f"no upload message for {idle:g} s", reason=Reason.DEADLINE.value) from None
 
     async def _validate(self, request: dict) -> ModelManifest:
@@ -277,14 +323,19 @@ class Uploads:
             *self.validator, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=worker_env())
         timeout = self.settings.upload_validate_timeout_s
+        out: bytes | None = None
+        err = b""
         try:
-            out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout)
+            out, err = await asyncio.wait_for(_communicate(proc, json.dumps(request).encode()), timeout)
         except asyncio.TimeoutError:
             raise InvalidArgument(f"the model did not load and run on zeros within {timeout:g} s",
                                   reason=Reason.MODEL_INVALID.value) from None
+        except _WorkerFlood as e:  # a worker writing without end: taken over, or broken; killed below
+            raise InvalidArgument(f"model validation wrote over {e.limit} bytes to {e.stream}",
+                                  reason=Reason.MODEL_INVALID.value) from None
         finally:
-            if proc.returncode is None:  # timed out, or the call was cancelled: the worker goes with it
-                proc.kill()
+            if out is None:  # timed out, flooded, or the call was cancelled: the worker goes with it
+                _abandon(proc)
                 await proc.wait()
             self.metrics.upload_validate_seconds.observe(self.clock() - started)
         tail = err.decode(errors="replace")[-2000:]
@@ -331,6 +382,52 @@ def _check_answer(manifest: ModelManifest, tenant: str, model: str, version: str
     if manifest.key() != (tenant, model, version):
         raise Internal("model validation failed", detail=f"worker answered for {manifest.key()}, "
                        f"not {(tenant, model, version)}")
+
+
+def _abandon(proc: asyncio.subprocess.Process) -> None:
+    """Kill the worker and close this side of its pipes. asyncio's Process.wait() returns only once every pipe
+    is closed, which a killed worker's unread output (a flood, left paused) or a child of it still holding
+    them would never do; Process has no public way to close them, so its transport is closed."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc._transport.close()  # type: ignore[attr-defined]
+
+
+async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+    """proc.communicate(data), with a bound on what is read: stdout up to MAX_WORKER_STDOUT, stderr up to
+    MAX_WORKER_STDERR of which the last STDERR_TAIL bytes are kept; _WorkerFlood past either (the caller kills
+    the worker)."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    async def feed(stdin: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker that reads nothing
+            stdin.write(data)
+            await stdin.drain()
+        stdin.close()
+
+    async def read(stream: asyncio.StreamReader, name: str, limit: int, keep: int | None) -> bytes:
+        buf = bytearray()
+        n = 0
+        while chunk := await stream.read(_READ):
+            n += len(chunk)
+            if n > limit:
+                raise _WorkerFlood(name, limit)
+            buf += chunk
+            if keep is not None and len(buf) > keep:
+                del buf[:-keep]
+        return bytes(buf)
+
+    tasks = [asyncio.ensure_future(feed(proc.stdin)),
+             asyncio.ensure_future(read(proc.stdout, "stdout", MAX_WORKER_STDOUT, None)),
+             asyncio.ensure_future(read(proc.stderr, "stderr", MAX_WORKER_STDERR, STDERR_TAIL))]
+    try:
+        _, out, err = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:  # one failed (or this was cancelled): the others stop too
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await proc.wait()
+    return out, err
 
 
 def _absorb(f, h, chunk: bytes) -> None:

@@ -4,18 +4,11 @@ digest plus the file's inode, size and modification time at that moment; a file 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-_CHUNK = 1 << 20
+from ground.hashing import sha256_file
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+__all__ = ["marker", "sha256_file", "stamp", "verified"]
 
 
 def stamp(path: Path, sha256: str) -> str:

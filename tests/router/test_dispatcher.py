@@ -281,11 +281,11 @@ def test_stop_cancels_the_loads_of_extra_copies_still_under_way():
     started = []
 
     class SlowLoads(FakeHosts):
-        async def unary(self, address, method, body, *, timeout, metadata):
+        async def unary(self, address, method, body, *, timeout, metadata, trailers=None):
             if method == "RepositoryModelLoad":
                 started.append(address)
                 await asyncio.sleep(3600)
-            return await super().unary(address, method, body, timeout=timeout, metadata=metadata)
+            return await super().unary(address, method, body, timeout=timeout, metadata=metadata, trailers=trailers)
 
     cluster = cluster_of(status("h1:1", models=(("acme", "m", "READY"),), queue_depth=3), status("h2:1"))
     d = dispatcher(clock, SlowLoads(clock), cluster, placement=PlacementConfig(hot_queue_depth=2))

@@ -1,0 +1,68 @@
+"""Router.refresh_hosts reads the host view once; in Redis mode whether that read worked is
+mmhost_router_redis_up, without Redis the gauge is left alone (a failed read raises either way)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from router.cluster import ClusterView
+from router.local_load import LocalLoad
+from router.metrics import RouterMetrics
+from router.server import Router
+
+
+class _Forwarder:
+    async def rotate(self) -> None:
+        pass
+
+    async def forget(self, keep) -> None:
+        pass
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.fail = False
+        self.reads = 0
+        self.complete = True
+
+    async def read(self):
+        self.reads += 1
+        if self.fail:
+            raise ConnectionError("redis down")
+        return {}
+
+
+def _router(redis: bool) -> tuple[Router, _Source]:
+    r = Router.__new__(Router)  # only what refresh_hosts reads
+    src = _Source()
+    r.forwarder, r.source, r.metrics = _Forwarder(), src, RouterMetrics()
+    r._aredis = object() if redis else None
+    r.cluster, r.local, r.clock = ClusterView(2.0), LocalLoad(), lambda: 0.0
+    r.settings = SimpleNamespace(pending_ttl_s=30.0)
+    return r, src
+
+
+def test_redis_up_follows_each_read_in_redis_mode():
+    r, src = _router(redis=True)
+    asyncio.run(r.refresh_hosts())
+    assert r.metrics.redis_up._value.get() == 1
+    src.fail = True
+    with pytest.raises(ConnectionError):
+        asyncio.run(r.refresh_hosts())
+    assert r.metrics.redis_up._value.get() == 0 and src.reads == 2
+    src.fail = False
+    asyncio.run(r.refresh_hosts())
+    assert r.metrics.redis_up._value.get() == 1 and src.reads == 3
+
+
+def test_without_redis_the_gauge_is_left_alone():
+    r, src = _router(redis=False)
+    r.metrics.redis_up.set(7)  # a sentinel: never written without Redis
+    asyncio.run(r.refresh_hosts())
+    src.fail = True
+    with pytest.raises(ConnectionError):
+        asyncio.run(r.refresh_hosts())
+    assert r.metrics.redis_up._value.get() == 7 and src.reads == 2

@@ -13,7 +13,7 @@ from ground.manifest import FileEntry, ModelManifest, model_prefix
 from storage_adapters.base import ProgressFn
 from catalog.repository import ModelRepository
 
-__all__ = ["VersionExists", "next_version", "publish_new_version", "publish_version", "sha256_file"]
+__all__ = ["VersionExists", "next_version", "publish_version", "sha256_file"]
 
 
 class VersionExists(Exception):
@@ -32,7 +32,17 @@ def publish_version(
 
     `known` maps some of those paths to the (size, sha256) the caller already computed (the router hashes an
     upload as it arrives): those files are not read again here. A file whose size is no longer the known one
-    changed since it was hashed: ValueError, nothing written."""
+    changed since it was hashed: ValueError, nothing written.
+
+    Versions are immutable: a version that already has a manifest is refused (VersionExists), nothing
+    written. The check and the write are not atomic across writers: router/uploads.py takes one upload at a
+    time per tenant on each router (UploadSlots), so a router never races itself on a tenant's model; two
+    writers at the same moment on different routers (or a router and `mmhost upload --store`) can both pass
+    the check, or both pick the same next_version number, and are not caught here (docs/storage.md: enable
+    bucket versioning)."""
+    if manifest.version in repo.versions(manifest.tenant, manifest.model):
+        raise VersionExists(f"model {manifest.model!r} version {manifest.version!r} already exists; "
+                            "versions are immutable")
     known = known or {}
     entries = []
     for rel, local in sorted(files.items()):
@@ -60,21 +70,3 @@ def next_version(repo: ModelRepository, tenant: str, model: str) -> str:
     Lists the tenant's own model prefix only: another tenant's versions never show in the number."""
     nums = [int(v) for v in repo.storage.list_dirs(model_prefix(tenant, model)) if v.isdigit()]
     return str(max(nums, default=0) + 1)
-
-
-def publish_new_version(
-    repo: ModelRepository,
-    manifest: ModelManifest,
-    files: dict[str, Path],
-    progress_for: Callable[[str, int], ProgressFn | None] | None = None,
-    known: dict[str, tuple[int, str]] | None = None,
-) -> ModelManifest:
-    """publish_version, refusing (VersionExists) a version that already has a manifest. The check and the
-    write are not atomic across writers: router/uploads.py takes one upload at a time per tenant on each
-    router (UploadSlots), so a router never races itself on a tenant's model; two writers at the same moment
-    on different routers (or a router and `mmhost upload --store`) can both pass the check, or both pick the
-    same next_version number, and are not caught here (docs/storage.md: enable bucket versioning)."""
-    if manifest.version in repo.versions(manifest.tenant, manifest.model):
-        raise VersionExists(f"model {manifest.model!r} version {manifest.version!r} already exists; "
-                            "versions are immutable")
-    return publish_version(repo, manifest, files, progress_for, known)

@@ -14,7 +14,7 @@ from ground.manifest import ModelManifest, TensorSpec
 from hostd.validate import (DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BYTES, MODEL_FILE, UploadRefused, UploadRequest,
                             validate)
 from storage_adapters.base import ProgressFn
-from catalog.publish import VersionExists, next_version, publish_new_version
+from catalog.publish import VersionExists, next_version, publish_version
 from catalog.repository import ModelRepository
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_BYTES", "MODEL_FILE", "UploadRefused", "UploadRequest", "next_version",
@@ -61,6 +61,6 @@ def upload(
     version = req.version or next_version(repo, req.tenant, req.model)
     manifest = validate(req, version)
     try:
-        return publish_new_version(repo, manifest, {manifest.model_file: req.file}, progress_for)
+        return publish_version(repo, manifest, {manifest.model_file: req.file}, progress_for)
     except VersionExists as e:
         raise UploadRefused(str(e)) from None

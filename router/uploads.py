@@ -59,7 +59,7 @@ from grpc import aio
 from pydantic import ValidationError
 
 from catalog.index import CatalogUnavailable, RedisCatalog
-from catalog.publish import VersionExists, next_version, publish_new_version
+from catalog.publish import VersionExists, next_version, publish_version
 from catalog.repository import ModelRepository
 from ground.interceptors import with_error_boundary
 from ground.errors import (AlreadyExists, DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted,
@@ -249,12 +249,12 @@ class Uploads:
                 if version in await self._store(self.repo.versions, tenant, model):
                     raise AlreadyExists(f"model {shown(model)} version {shown(version)} already exists; versions "
                                         "are immutable", reason=Reason.VERSION_EXISTS.value)
-            else:  # one past every version folder: not among the versions (publish_new_version checks again)
+            else:  # one past every version folder: not among the versions (publish_version checks again)
                 version = await self._store(next_version, self.repo, tenant, model)
             manifest = await self._validate({**request, "file": str(file), "version": version})
             _check_answer(manifest, tenant, model, version)
             try:
-                final = await self._store(publish_new_version, self.repo, manifest, {manifest.model_file: file},
+                final = await self._store(publish_version, self.repo, manifest, {manifest.model_file: file},
                                           None, {manifest.model_file: (size, digest)})
             except VersionExists as e:
                 raise AlreadyExists(str(e), reason=Reason.VERSION_EXISTS.value) from None

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 import catalog.publish as publish
-from catalog.publish import publish_new_version, publish_version
+from catalog.publish import publish_version
 from catalog.repository import ModelRepository
 from ground.hashing import sha256_file
 from ground.manifest import ModelFormat, ModelManifest, TensorSpec
@@ -35,7 +35,7 @@ def test_known_digests_are_not_computed_again(repo, tmp_path, monkeypatch):
         raise AssertionError(f"{path} hashed again")
 
     monkeypatch.setattr(publish, "sha256_file", no_hashing)
-    final = publish_new_version(repo, _manifest(), {"model.onnx": f}, None, {"model.onnx": (11, want)})
+    final = publish_version(repo, _manifest(), {"model.onnx": f}, None, {"model.onnx": (11, want)})
     assert [(e.path, e.size, e.sha256) for e in final.files] == [("model.onnx", 11, want)]
     assert repo.manifest("acme", "m", "1").files == final.files
 

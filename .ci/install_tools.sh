@@ -6,6 +6,9 @@
 #   promtool and prometheus: Debian's `prometheus` package. Only the two binaries are extracted from the .deb into
 #     /usr/local/bin (tests/deploy/test_live_prometheus.py starts its own server on a free port): `apt-get install
 #     prometheus` would also start a Prometheus server on :9090 (its init script).
+#   haproxy: Debian's `haproxy` package (the router's fast lane, router/fastlane.py; tests/router/test_fast_lane.py
+#     starts routers with it). Installed with its libraries by apt-get, its service kept from starting
+#     (policy-rc.d for the install's duration): each router starts its own HAProxy.
 # A tool that cannot be installed fails the script loudly; tests never skip for a missing tool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +48,21 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 promtool --version >/dev/null 2>&1 || fail "promtool does not run"
 prometheus --version >/dev/null 2>&1 || fail "prometheus does not run"
+
+# --- haproxy, from Debian's haproxy package ----------------------------------------------------------------------
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  command -v apt-get >/dev/null 2>&1 || fail "haproxy missing and no apt-get to install Debian's haproxy package"
+  echo "install_tools.sh: installing haproxy (Debian package haproxy; its service is not started)"
+  had_policy=0
+  [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+  [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d; }
+  ok=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1; } \
+    && ok=1
+  [ "$had_policy" = 1 ] || rm -f /usr/sbin/policy-rc.d
+  [ "$ok" = 1 ] || fail "apt-get install haproxy failed"
+fi
+{ command -v haproxy >/dev/null 2>&1 && haproxy -v >/dev/null 2>&1; } || /usr/sbin/haproxy -v >/dev/null 2>&1 \
+  || fail "haproxy does not run"

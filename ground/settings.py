@@ -308,6 +308,17 @@ class RouterSettings(BaseSettings):
                                       "becomes FILE.1); 0 = never")
     access_log_backups: int = Field(5, ge=0, description="rotated access log files kept (FILE.1 .. FILE.N)")
 
+    fast_lane: Literal["off", "haproxy"] = Field(
+        "off", description="haproxy: HAProxy serves listen and forwards ModelInfer for unlimited tenants' READY models "
+        "straight to the host, with no Python per request; everything else reaches this router through it "
+        "(router/fastlane.py, docs/fast-lane.md). Plaintext on both sides in this version")
+    fast_lane_binary: str = Field("", description="the haproxy executable (2.6 or later); '' = haproxy on PATH")
+    fast_lane_buffer_bytes: int = Field(
+        65536, ge=16384, le=1 << 24, description="HAProxy's buffer: a ModelInfer body must fit whole to take the fast "
+        "lane (larger ones take the Python lane, with its byte budget); HAProxy holds up to maxconn of them")
+    fast_lane_maxconn: int = Field(4096, ge=16, description="HAProxy's connection limit (fast lane)")
+    fast_lane_check_interval_s: float = Field(1.0, gt=0, description="HAProxy's health checks of each host (TCP)")
+
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")
     pending_ttl_s: float = Field(30.0, gt=0, description="a load this router started counts as LOADING this long")

@@ -22,7 +22,10 @@ trailers above plus
 Trailing metadata on a hostd's ModelInfer answer, OK or error, once the request's model version is known:
     mmhost-served      what served it: version, the model's stored size, and the seconds spent waiting for
                        a load, queued and computing (ground/served.py). A router writes it to its access
-                       log and passes it on to nobody.
+                       log and passes it on to nobody. An OK answer to a call through a router's fast lane
+                       (`mmhost-lane: fast`) has none: HAProxy cannot log trailers, and would pass them on
+                       (router/fastlane_config.py). Refusals have it in their headers (trailers-only answers),
+                       where HAProxy logs it and then removes it.
 
 An error status that carries no `mmhost-reason` did not come from an mmhost process: the transport
 failed (connection refused or reset, stream torn down) or something in between answered. That is what a
@@ -46,6 +49,7 @@ TENANT_HEADER = "mmhost-tenant"
 REASON = "mmhost-reason"
 RETRY_AFTER = "retry-after-ms"
 REQUEST_ID = "mmhost-request-id"
+LANE_HEADER = "mmhost-lane"  # "fast": the call came through a router's fast lane (router/fastlane_config.py)
 SERVED = "mmhost-served"  # on a hostd's ModelInfer answer: what served it (ground/served.py)
 STATUS = "mmhost-status"  # a streamed request's error answer: the status code's name (ground/streaming.py)
 

@@ -129,6 +129,8 @@ def register(app: typer.Typer) -> None:
                                          "tests); else tls_cert/tls_key are needed"),
         uploads: bool = setting_option(R, "uploads", "--uploads/--no-uploads", help="tenants publish models with "
                                        "their API key (`mmhost upload --router`), into --store"),
+        fast_lane: str = setting_option(R, "fast_lane", "--fast-lane", help="haproxy: HAProxy serves --listen and "
+                                        "sends unlimited tenants' calls to READY models straight to the host"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
@@ -141,7 +143,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "listen": listen, "rest_listen": rest_listen, "redis_url": redis, "tenants_file": tenants, "store": store,
             "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
-            "plaintext": plaintext, "uploads": uploads,
+            "plaintext": plaintext, "uploads": uploads, "fast_lane": fast_lane,
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }
         serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())

@@ -43,6 +43,9 @@ FLUSH_S = 0.2
 MAX_PENDING = 100_000
 
 
+MAX_SIZES = 100_000  # stored sizes remembered (model versions served); past it the memory starts again
+
+
 def _ms(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
@@ -57,13 +60,18 @@ def _served_ms(value: str) -> tuple[str, int, float, float, float] | None:
         return None
 
 
-def encode(rec: tuple) -> str:
+def encode(rec: tuple, sizes: dict | None = None) -> str:
     """One line (with its newline) from a tuple in FIELDS order, then the `mmhost-served` trailer (or None):
-    where it is there and well formed, its version, size and times replace the tuple's."""
+    where it is there and well formed, its version, size and times replace the tuple's (and the size is noted
+    in `sizes`, by (tenant, model, version), when given)."""
     (ts, tenant, model, version, size, host, status, reason, load_ms, queue_ms, compute_ms, total_ms, b_in, b_out,
      rid, served) = rec
     if served and (decoded := _served_ms(served)) is not None:
         version, size, load_ms, queue_ms, compute_ms = decoded
+        if sizes is not None:
+            if len(sizes) >= MAX_SIZES:
+                sizes.clear()
+            sizes[(tenant, model, version)] = size
     # json.dumps escapes every non-ASCII character (ensure_ascii, its default): a line is ASCII, so its length
     # in characters is its length in bytes (flush counts the file's size with len(), without encoding).
     return json.dumps({"ts": round(ts, 6), "tenant": tenant, "model": model, "version": version, "size_bytes": size,
@@ -78,6 +86,9 @@ class AccessLog:
         """`out`: where lines go (None: off); `path`: its file, for rotation past `max_bytes` (0: never)."""
         self._out = out
         self._path = path
+        # (tenant, model, version) -> stored size, from the hostds' mmhost-served trailers written so far: the size
+        # of a fast-lane line, whose OK answers carry no trailer (router/fastlane.py)
+        self.stored_sizes: dict[tuple[str, str, str], int] = {}
         self._max_bytes = max_bytes if path else 0
         self._backups = backups
         self._size = os.fstat(out.fileno()).st_size if path and out is not None else 0
@@ -150,7 +161,7 @@ class AccessLog:
             pending = self._pending
             lines = []
             while pending:
-                lines.append(encode(pending.popleft()))
+                lines.append(encode(pending.popleft(), self.stored_sizes))
             if not lines:
                 return
             text = "".join(lines)

@@ -44,6 +44,11 @@ class Quota:
     def capacity(self) -> float:
         return float(self.burst) if self.burst else max(1.0, self.rate)
 
+    @property
+    def unlimited(self) -> bool:
+        """No rate and no concurrency limit: nothing to admit per request (such a tenant may take the fast lane)."""
+        return self.rate <= 0 and self.max_concurrency <= 0
+
 
 @dataclass(frozen=True)
 class TenantState:

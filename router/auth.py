@@ -87,6 +87,10 @@ class KeyIndex:
         self._by_hash = {h: (h, t) for h, t in by_hash.items()}
         self._tenants = frozenset(by_hash.values())
 
+    def hashes(self) -> dict[str, str]:
+        """key hash -> tenant (a copy): what the fast lane's keys map holds (router/fastlane.py)."""
+        return {h: t for h, (_, t) in self._by_hash.items()}
+
     def known(self, tenant: str) -> bool:
         """A tenant of the registry (one with a key): what a tenant client certificate must name."""
         return tenant in self._tenants

@@ -66,6 +66,18 @@ class RouterMetrics:
         # answer, 0 while they fail (the router then keeps its last view). Absent in embedded mode.
         self.redis_up = Gauge("mmhost_router_redis_up", "Redis mode: 1 while the last read of the host view from "
                               "Redis answered, 0 while it fails", registry=None)
+        # fast_lane=haproxy only (registered by fast_lane_mode(); router/fastlane.py)
+        self.fast_lane_up = Gauge("mmhost_router_fast_lane_up", "Fast lane: 1 while HAProxy runs", registry=None)
+        self.fast_lane_routes = Gauge("mmhost_router_fast_lane_routes", "Fast lane: model versions HAProxy routes "
+                                      "straight to a host", registry=None)
+        self.fast_lane_requests = Counter("mmhost_router_fast_lane_requests_total", "Fast lane: ModelInfer requests "
+                                          "HAProxy sent straight to a host (the router's other series count them "
+                                          "too)", registry=None)
+        self.fast_lane_restarts = Counter("mmhost_router_fast_lane_restarts_total", "Fast lane: HAProxy exits "
+                                          "(started again)", registry=None)
+        self.fast_lane_log_dropped = Gauge("mmhost_router_fast_lane_log_dropped", "Fast lane: log lines HAProxy "
+                                           "dropped since it started (a full pipe to the router): those requests "
+                                           "are missing from the access log and the request series", registry=None)
         register_process_collectors(r)
 
     def tenant_seconds(self, tenant: str) -> Histogram:
@@ -74,6 +86,12 @@ class RouterMetrics:
         if child is None:
             child = self._tenant_children[tenant] = self.tenant_request_seconds.labels(tenant)
         return child
+
+    def fast_lane_mode(self) -> None:
+        """Export the fast lane's series (a router with fast_lane=haproxy)."""
+        for m in (self.fast_lane_up, self.fast_lane_routes, self.fast_lane_requests, self.fast_lane_restarts,
+                  self.fast_lane_log_dropped):
+            self.registry.register(m)
 
     def redis_mode(self) -> None:
         """Export mmhost_router_redis_up (a router with Redis)."""

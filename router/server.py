@@ -30,12 +30,14 @@ from router.directory import ModelDirectory
 from router.dispatcher import Dispatcher
 from router.fleet_quota import FleetQuota
 from router.failover import RetryBudget
+from router.fastlane import FastLane, FastLaneError
+from router.fastlane_config import FastRecord, ready_version
 from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.placement_policy import placement_config
 from router.rest import RestServer, rest_enabled
-from router.servicer import RouterServicer
+from router.servicer import SHED_CODES, RouterServicer
 from ground.settings import RouterSettings
 from router.tenants import FileTenants, RedisTenants, TenantFeed, TenantRegistry
 from router.uploads import Uploads
@@ -68,6 +70,14 @@ class Router:
             raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
+        self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
+        if s.fast_lane == "haproxy":
+            if self.creds is not None or hostd_tls is not None:
+                raise SystemExit("router: fast_lane=haproxy serves plaintext on both sides in this version: terminate "
+                                 "tenant TLS in front of it (the Gateway) and leave hostd_ca unset, or set fast_lane=off")
+            if s.listen.rsplit(":", 1)[-1] in ("", "0"):
+                raise SystemExit("router: fast_lane=haproxy needs a fixed port in listen (HAProxy binds it)")
+            self.metrics.fast_lane_mode()
         self.cluster = ClusterView(s.host_missing_grace_s)
         self.local = LocalLoad()
         self.keys = KeyIndex()
@@ -173,6 +183,47 @@ class Router:
         self.keys.replace(by_hash)
         self.admission.replace(limits)
 
+    async def sync_fast_lane(self) -> None:
+        """HAProxy's hosts, keys and routes from the router's views: unlimited tenants only (a tenant with a rate
+        or concurrency limit is admitted by this router, on the Python lane)."""
+        fl = self.fastlane
+        if fl is None:
+            return
+        if await fl.ensure_running():
+            self.metrics.fast_lane_restarts.inc()
+        keys = self.keys.hashes()
+        fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
+        await fl.sync(self.cluster.eligible(), keys, fast)
+        self.metrics.fast_lane_up.set(1 if fl.up else 0)
+        self.metrics.fast_lane_routes.set(len(fl.routes))
+        self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
+
+    def _fast_records(self, recs: list[FastRecord]) -> None:
+        """HAProxy's log lines, read back (router/fastlane.py): the access log lines and the request series the
+        Python lane writes for the requests it serves (servicer.ModelInfer)."""
+        m = self.metrics
+        hosts = self.fastlane.addresses() if self.fastlane is not None else {}
+        views = {v.address: v for v in self.cluster.eligible()}
+        for r in recs:
+            total = r.total_ms / 1000.0
+            m.fast_lane_requests.inc()
+            m.requests.labels(r.tenant, r.model, r.status).inc()
+            m.forward_seconds.observe(total)
+            m.tenant_seconds(r.tenant).observe(total)
+            if not r.served and r.status in SHED_CODES and r.reason:  # HAProxy's own refusal (no host)
+                m.shed.labels(r.tenant, r.model, r.reason).inc()
+            host = hosts.get(r.server, r.server)
+            if r.served:  # a hostd refusal: its mmhost-served says what it was
+                self.access_log.write(ts=r.ts, tenant=r.tenant, model=r.model, version=r.version, host=host,
+                                      total_ms=r.total_ms, status=r.status, bytes_in=r.bytes_in,
+                                      bytes_out=r.bytes_out, id=r.id, reason=r.reason, served=r.served)
+                continue
+            version = r.version or ready_version(views.get(host), r.tenant, r.model)
+            self.access_log.write(ts=r.ts, tenant=r.tenant, model=r.model, version=version, host=host,
+                                  total_ms=r.total_ms, status=r.status, bytes_in=r.bytes_in, bytes_out=r.bytes_out,
+                                  id=r.id, reason=r.reason,
+                                  size_bytes=self.access_log.stored_sizes.get((r.tenant, r.model, version)))
+
     async def _every(self, what: str, fn) -> None:
         failing = False
         while True:
@@ -208,9 +259,18 @@ class Router:
             names += (UPLOADS_SERVICE,)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(names, self.server)
-        self.port = tls.add_port(self.server, s.listen, self.creds)
+        own = "127.0.0.1:0" if s.fast_lane == "haproxy" else s.listen  # behind HAProxy: loopback only
+        self.port = tls.add_port(self.server, own, self.creds)
         if self.port == 0:
-            raise SystemExit(f"cannot listen on {s.listen}")
+            raise SystemExit(f"cannot listen on {own}")
+        if s.fast_lane == "haproxy":
+            try:
+                self.fastlane = FastLane(listen=s.listen, router=f"127.0.0.1:{self.port}", binary=s.fast_lane_binary,
+                                         buffer_bytes=s.fast_lane_buffer_bytes, maxconn=s.fast_lane_maxconn,
+                                         check_interval_s=s.fast_lane_check_interval_s, on_records=self._fast_records)
+            except FastLaneError as e:
+                raise SystemExit(f"router: {e}") from None
+            self.internal_port, self.port = self.port, int(s.listen.rsplit(":", 1)[1])
         if self.cert_creds is not None:
             self.cert_port = tls.add_port(self.server, s.tls_client_listen, self.cert_creds)
         if s.health_port:
@@ -226,6 +286,13 @@ class Router:
             await self.admission.fleet.heartbeat()
             self._tasks.append(asyncio.get_running_loop().create_task(self._every("quota", self.admission.fleet.heartbeat)))
         self.access_log.start()  # its own writer thread: lines are encoded and written off the event loop
+        if self.fastlane is not None:
+            try:
+                await self.fastlane.start()
+            except FastLaneError as e:
+                raise SystemExit(f"router: fast lane: {e}") from None
+            await self.sync_fast_lane()
+            self._tasks.append(asyncio.get_running_loop().create_task(self._every("fast_lane", self.sync_fast_lane)))
         if s.metrics_port:
             self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
         await self.server.start()
@@ -236,6 +303,8 @@ class Router:
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
         # the resolved settings, once: what an operator checks first
+        if self.fastlane is not None:
+            log.info("fast lane: HAProxy on %s, this router behind it on 127.0.0.1:%d", s.listen, self.internal_port)
         log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s); store %s; inflight_bytes %s, tenant %s; "
                  "max_attempts %d; uploads %s; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
                  len(self.cluster.eligible()), len(self.keys), s.store or "-", s.inflight_bytes,
@@ -245,6 +314,8 @@ class Router:
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.fastlane is not None:  # stops taking calls, finishes the ones in flight
+            await self.fastlane.stop()
         if self.rest is not None:
             await self.rest.stop()
         for t in self._tasks:

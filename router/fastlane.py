@@ -1,0 +1,258 @@
+"""The fast lane's shell: runs HAProxy in front of the router (fast_lane=haproxy), keeps its hosts, keys and
+routes in step with the router's views through HAProxy's runtime API, and turns HAProxy's log lines into the
+router's access log lines and metrics. What the fast lane serves and why: router/fastlane_config.py.
+
+HAProxy runs as a child process (`haproxy -db`), supervised: if it exits, it is started again at the next
+sync and its state is sent again whole; while it is down the tenants' port does not answer. Its runtime API
+is a unix socket in a private directory (0700); the router alone talks to it. Its log lines come as
+datagrams on another unix socket there, read by a thread and handed to the event loop in batches (one
+wake-up per batch, not per request). HAProxy never waits for that reader: past a full socket buffer it drops
+lines and counts them (DroppedLogs, exported as mmhost_router_fast_lane_log_dropped).
+
+What changes for a tenant on the fast lane (docs/fast-lane.md): a host's retryable refusal
+(`draining`, `no_capacity`) reaches the caller instead of being retried on another host by the router (the
+router withdraws a draining host's routes at its next refresh); a host that stops answering is skipped by
+HAProxy's health checks (TCP, every fast_lane_check_interval_s) and a request whose connection fails is
+retried on another up host; the router's deadline-feasibility check and per-router byte budget are not
+applied (the body is at most fast_lane_buffer_bytes, held by HAProxy, bounded by its maxconn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from router.fastlane_config import (FastLaneConfig, FastRecord, add_server_commands, batches, map_commands,
+                                    parse_log_line, render_config, route_table, server_name, set_address_commands)
+from router.placement_policy import HostView
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 16
+LOG_RCVBUF = 4 << 20  # log lines waiting for the reader; past it HAProxy drops lines (and counts them)
+
+
+class FastLaneError(RuntimeError):
+    pass
+
+
+def haproxy_binary(configured: str = "") -> str:
+    found = configured or shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else "")
+    if not found:
+        raise FastLaneError("fast_lane=haproxy needs HAProxy 2.6 or later (Debian: apt-get install haproxy), or "
+                            "fast_lane_binary set to its path")
+    return found
+
+
+class FastLane:
+    def __init__(self, *, listen: str, router: str, binary: str = "", buffer_bytes: int = 65536, maxconn: int = 4096,
+                 check_interval_s: float = 1.0, on_records: Callable[[list[FastRecord]], None]) -> None:
+        self.binary = haproxy_binary(binary)
+        self.dir = Path(tempfile.mkdtemp(prefix="mmhost-fastlane-"))  # 0700: the admin socket lives here
+        self.cfg = FastLaneConfig(listen=listen, router=router, admin_socket=str(self.dir / "admin.sock"),
+                                  log_socket=str(self.dir / "log.sock"),
+                                  keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
+                                  buffer_bytes=buffer_bytes, maxconn=maxconn, check_interval_s=check_interval_s)
+        self.on_records = on_records
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+        self.restarts = 0
+        self._log_sock: socket.socket | None = None
+        self._reset_applied()
+
+    def _reset_applied(self) -> None:
+        self.servers: dict[str, str] = {}  # address -> server name, every host HAProxy has (enabled or not)
+        self.targets: dict[str, str] = {}  # address -> the IP:port HAProxy connects to
+        self.enabled: set[str] = set()
+        self.keys: dict[str, str] = {}
+        self.routes: dict[str, str] = {}
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def addresses(self) -> dict[str, str]:
+        """server name -> host address (for the access log's host field)."""
+        return {n: a for a, n in self.servers.items()}
+
+    # -- process ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg_path = self.dir / "haproxy.cfg"
+        cfg_path.write_text(render_config(self.cfg))
+        for m in (self.cfg.keys_map, self.cfg.routes_map):
+            Path(m).write_text("")
+        check = await asyncio.to_thread(subprocess.run, [self.binary, "-c", "-q", "-f", str(cfg_path)],
+                                        capture_output=True, text=True)
+        if check.returncode != 0:
+            raise FastLaneError(f"HAProxy refused the fast lane's configuration: {check.stderr.strip()[:2000]}")
+        self._reset_applied()
+        if self._log_sock is None:  # bound once: a restarted HAProxy logs to the same socket
+            Path(self.cfg.log_socket).unlink(missing_ok=True)
+            self._log_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._log_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LOG_RCVBUF)
+            self._log_sock.bind(self.cfg.log_socket)
+            self._reader = threading.Thread(target=self._read_logs, args=(self._log_sock,), name="fast-lane-log",
+                                            daemon=True)
+            self._reader.start()
+        self.proc = subprocess.Popen([self.binary, "-db", "-q", "-f", str(cfg_path)], stdin=subprocess.DEVNULL)
+        for _ in range(100):  # the admin socket answers once HAProxy is up
+            if self.proc.poll() is not None:
+                raise FastLaneError(f"HAProxy exited at start (code {self.proc.returncode}); is {self.cfg.listen} free?")
+            try:
+                await self.command("show info")
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise FastLaneError("HAProxy's runtime API did not answer within 5 s")
+
+    async def ensure_running(self) -> bool:
+        """Start HAProxy again if it exited. True if it was restarted."""
+        if self.up or self.proc is None:
+            return False
+        log.error("fast lane: HAProxy exited (code %s); starting it again", self.proc.returncode)
+        self.restarts += 1
+        await self.start()
+        return True
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        """Soft stop (SIGUSR1: stop listening, finish the requests in flight), then a kill past `grace_s`."""
+        p = self.proc
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGUSR1)
+            try:
+                await asyncio.to_thread(p.wait, grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                await asyncio.to_thread(p.wait)
+        if self._log_sock is not None:
+            try:
+                self._log_sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._log_sock.close()
+        if self._reader is not None:
+            self._reader.join(timeout=1.0)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- runtime API ---------------------------------------------------------------------------------
+
+    async def command(self, line: str) -> str:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.cfg.admin_socket), 2.0)
+        try:
+            writer.write(line.encode() + b"\n")
+            await writer.drain()
+            return (await asyncio.wait_for(reader.read(), 5.0)).decode(errors="replace")
+        finally:
+            writer.close()
+
+    async def _run(self, commands: Sequence[str]) -> list[str]:
+        """Send commands in batches; the answers that say something went wrong."""
+        problems: list[str] = []
+        for line in batches(commands):
+            out = await self.command(line)
+            problems += [x for x in out.splitlines() if x.strip() and not _benign(x)]
+        return problems
+
+    async def _resolve(self, address: str) -> str | None:
+        """host:port with the host resolved to an IP (HAProxy's dynamic servers take addresses, not names)."""
+        host, _, port = address.rpartition(":")
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (OSError, ValueError):
+            return None
+        ip = infos[0][4][0]
+        return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+    async def sync(self, eligible: Sequence[HostView], keys: Mapping[str, str], fast_tenants: frozenset[str]) -> None:
+        """Make HAProxy's servers, keys and routes what the router's views say (only the differences are sent).
+        A host that leaves the view is put in maintenance, not deleted: it may come back (a restart), and
+        deleting a server with connections is refused."""
+        async with self._lock:
+            await self.ensure_running()  # a restarted HAProxy starts empty: everything below is sent again
+            cmds: list[str] = []
+            up: set[str] = set()
+            for v in eligible:
+                target = await self._resolve(v.address)
+                if target is None:
+                    continue
+                up.add(v.address)
+                name = self.servers.get(v.address) or server_name(v.address)
+                if v.address not in self.servers:
+                    cmds += add_server_commands(name, target, self.cfg.check_interval_s)
+                elif self.targets.get(v.address) != target:
+                    cmds += set_address_commands(name, target)
+                elif v.address not in self.enabled:
+                    cmds.append(f"enable server hosts/{name}")
+                self.servers[v.address], self.targets[v.address] = name, target
+            for addr in self.enabled - up:
+                cmds.append(f"disable server hosts/{self.servers[addr]}")
+            problems = await self._run(cmds)
+            self.enabled = up
+            names = {a: n for a, n in self.servers.items() if a in up}
+            wanted_keys = {h: t for h, t in keys.items() if t in fast_tenants}
+            wanted_routes = route_table(eligible, fast_tenants, names)
+            problems += await self._run(map_commands(self.cfg.keys_map, self.keys, wanted_keys)
+                                        + map_commands(self.cfg.routes_map, self.routes, wanted_routes))
+            self.keys, self.routes = wanted_keys, wanted_routes
+            if problems:
+                log.warning("fast lane: HAProxy said: %s", "; ".join(problems[:5]))
+
+    async def dropped_logs(self) -> int:
+        for line in (await self.command("show info")).splitlines():
+            if line.startswith("DroppedLogs:"):
+                return int(line.split(":", 1)[1])
+        return 0
+
+    # -- log lines ---------------------------------------------------------------------------------------
+
+    def _read_logs(self, sock: socket.socket) -> None:
+        """One datagram a line; after each blocking read, what else is waiting is taken too, and the batch goes
+        to the event loop in one call."""
+        assert self._loop is not None
+        while True:
+            try:
+                grams = [sock.recv(READ_CHUNK)]
+                sock.setblocking(False)
+                try:
+                    while len(grams) < 1024:
+                        grams.append(sock.recv(READ_CHUNK))
+                except BlockingIOError:
+                    pass
+                finally:
+                    sock.setblocking(True)
+            except OSError:
+                return
+            if not grams[0]:  # shut down
+                return
+            recs: list[FastRecord] = []
+            for raw in grams:
+                text = raw.decode("utf-8", "replace")
+                rec = parse_log_line(text)
+                if rec is not None:
+                    recs.append(rec)
+                elif text.strip():  # HAProxy's own events (a server up or down, a stop)
+                    log.info("fast lane: %s", text.strip()[:500])
+            if recs:
+                try:
+                    self._loop.call_soon_threadsafe(self.on_records, recs)
+                except RuntimeError:  # the loop is closed: shutting down
+                    return
+
+
+def _benign(answer: str) -> bool:
+    """Runtime API answers that are not problems: empty, confirmations, and removing what is already gone."""
+    a = answer.strip()
+    return a.startswith("New server registered") or a == "Done."

@@ -1,0 +1,94 @@
+"""The fast lane's pure part (router/fastlane_config.py): which models it routes and where, the runtime API
+commands that keep HAProxy's maps in step, its log lines read back, and a configuration HAProxy accepts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from router.fastlane_config import (FastLaneConfig, batches, map_commands, parse_log_line, ready_version,
+                                    render_config, route_key, route_table, server_name)
+from router.placement_policy import HostView, ModelLoad, Residency
+
+READY, LOADING = Residency.READY, Residency.LOADING
+
+
+def view(addr: str, **models: ModelLoad) -> HostView:
+    return HostView(addr, 0, {k.replace("__", "/"): v for k, v in models.items()}, len(models))
+
+
+def test_routes_only_ready_models_of_fast_tenants_to_the_least_busy_holder():
+    a = view("10.0.0.1:8001", acme__m=ModelLoad(READY, 3, 1), acme__m__1=ModelLoad(READY, 3, 1),
+             acme__cold=ModelLoad(LOADING), limited__m=ModelLoad(READY))
+    b = view("10.0.0.2:8001", acme__m=ModelLoad(READY, 0, 1), acme__m__1=ModelLoad(READY, 0, 1))
+    names = {a.address: "A", b.address: "B"}
+    routes = route_table([a, b], frozenset({"acme"}), names)
+    assert routes == {"acme/m/": "B", "acme/m/1": "B"}  # b has less work; LOADING and the limited tenant: none
+
+
+def test_ties_are_broken_the_same_way_every_time_and_hosts_without_a_server_are_left_out():
+    a = view("10.0.0.1:8001", t__m=ModelLoad(READY))
+    b = view("10.0.0.2:8001", t__m=ModelLoad(READY))
+    names = {a.address: "A", b.address: "B"}
+    first = route_table([a, b], frozenset({"t"}), names)
+    assert first == route_table([b, a], frozenset({"t"}), names)
+    assert route_table([a, b], frozenset({"t"}), {b.address: "B"}) == {"t/m/": "B"}
+
+
+def test_route_keys_are_what_haproxy_builds_from_a_request():
+    assert route_key("t/m") == "t/m/"  # model_version empty: the latest
+    assert route_key("t/m/3") == "t/m/3"
+
+
+def test_map_commands_send_only_the_differences():
+    cmds = map_commands("/k.map", {"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"})
+    assert sorted(cmds) == sorted(["del map /k.map c", "set map /k.map b 9", "add map /k.map d 4"])
+    assert map_commands("/k.map", {"a": "1"}, {"a": "1"}) == []
+    assert batches([f"c{i}" for i in range(5)], size=2) == ["c0;c1", "c2;c3", "c4"]
+
+
+def test_server_names_are_valid_and_distinct():
+    names = {server_name(a) for a in ("10.0.0.1:8001", "10.0.0.1_8001", "[::1]:8001", "hostd-0.hostd:8001")}
+    assert len(names) == 4
+    assert all(set(n) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") for n in names)
+
+
+def line(*fields: str) -> str:
+    return "\t".join(("mmhost-fast", *fields))
+
+
+def test_log_lines_read_back():
+    ok = parse_log_line(line("1796218834440", "acme", "m", "-", "h_x", "200", "-", "-", "-", "3", "288", "243",
+                             "req%0A1") + "\n")
+    assert ok is not None
+    assert (ok.ts, ok.tenant, ok.model, ok.version, ok.server, ok.status) == (1796218834.437, "acme", "m", "", "h_x", "OK")
+    assert (ok.total_ms, ok.bytes_in, ok.bytes_out, ok.id, ok.reason, ok.served) == (3.0, 288, 243, "req\n1", "", "")
+    refused = parse_log_line(line("1", "acme", "m", "2", "h_x", "200", "3", "invalid_argument", "v=2;b=1;l=0;q=0;c=0",
+                                  "1", "10", "50", "-"))
+    assert refused is not None and (refused.status, refused.reason, refused.version) == ("INVALID_ARGUMENT",
+                                                                                         "invalid_argument", "2")
+    assert refused.served.startswith("v=2")
+    nohost = parse_log_line(line("1", "acme", "m", "-", "<NOSRV>", "503", "-", "-", "-", "0", "10", "0", "-"))
+    assert nohost is not None and (nohost.status, nohost.reason, nohost.server) == ("UNAVAILABLE", "no_host", "")
+    for junk in ("", "[WARNING] Server hosts/x is DOWN", line("1", "too", "few"), "mmhost-fastXX\t" * 13):
+        assert parse_log_line(junk) is None
+
+
+def test_the_served_version_of_a_call_for_the_latest():
+    v = view("h:1", t__m__2=ModelLoad(READY), t__m__10=ModelLoad(READY), t__m__11=ModelLoad(LOADING),
+             t__mm__99=ModelLoad(READY))
+    assert ready_version(v, "t", "m") == "10"  # by number, READY only, this model only
+    assert ready_version(v, "t", "x") == "" and ready_version(None, "t", "m") == ""
+
+
+def test_haproxy_accepts_the_configuration(tmp_path):
+    exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    cfg = FastLaneConfig(listen="127.0.0.1:1", router="127.0.0.1:2", admin_socket=str(tmp_path / "a.sock"),
+                         log_socket=str(tmp_path / "l.sock"),
+                         keys_map=str(tmp_path / "k.map"), routes_map=str(tmp_path / "r.map"))
+    (tmp_path / "k.map").write_text("")
+    (tmp_path / "r.map").write_text("")
+    (tmp_path / "h.cfg").write_text(render_config(cfg))
+    out = subprocess.run([exe, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "[WARNING]" not in out.stderr, out.stderr  # a rule HAProxy would ignore or reorder is a bug here

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -38,6 +39,8 @@ from router.placement_policy import HostView
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
+BATCH_S = 0.05  # log lines are handed over at most this often (20 wake-ups a second, however many requests)
+MAX_BATCH = 8192
 LOG_RCVBUF = 4 << 20  # log lines waiting for the reader; past it HAProxy drops lines (and counts them)
 
 
@@ -219,15 +222,17 @@ class FastLane:
     # -- log lines ---------------------------------------------------------------------------------------
 
     def _read_logs(self, sock: socket.socket) -> None:
-        """One datagram a line; after each blocking read, what else is waiting is taken too, and the batch goes
-        to the event loop in one call."""
+        """One datagram a line. After a blocking read and BATCH_S, whatever else is waiting is taken too, and
+        the batch goes to the event loop in one call: at a few hundred requests a second, one wake-up per line
+        cost the router ~250 us of CPU per request (bench, concurrency 1)."""
         assert self._loop is not None
         while True:
             try:
                 grams = [sock.recv(READ_CHUNK)]
+                time.sleep(BATCH_S)  # then take what came meanwhile: one wake-up per batch, not per request
                 sock.setblocking(False)
                 try:
-                    while len(grams) < 1024:
+                    while len(grams) < MAX_BATCH:
                         grams.append(sock.recv(READ_CHUNK))
                 except BlockingIOError:
                     pass

@@ -318,6 +318,8 @@ class RouterSettings(BaseSettings):
         "lane (larger ones take the Python lane, with its byte budget); HAProxy holds up to maxconn of them")
     fast_lane_maxconn: int = Field(4096, ge=16, description="HAProxy's connection limit (fast lane)")
     fast_lane_check_interval_s: float = Field(1.0, gt=0, description="HAProxy's health checks of each host (TCP)")
+    fast_lane_max_hosts: int = Field(64, ge=1, le=4096, description="hosts the fast lane can route to (HAProxy "
+                                     "server slots); more hosts than this are served by the Python lane alone")
 
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")

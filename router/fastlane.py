@@ -5,7 +5,7 @@ router's access log lines and metrics. What the fast lane serves and why: router
 HAProxy runs as a child process (`haproxy -db`), supervised: if it exits, it is started again at the next
 sync and its state is sent again whole; while it is down the tenants' port does not answer. Its runtime API
 is a unix socket in a private directory (0700); the router alone talks to it. Its log lines come as
-datagrams on another unix socket there, read by a thread and handed to the event loop in batches (one
+UDP datagrams to a loopback port the router bound, read by a thread and handed to the event loop in batches (one
 wake-up per batch, not per request). HAProxy never waits for that reader: past a full socket buffer it drops
 lines and counts them (DroppedLogs, exported as mmhost_router_fast_lane_log_dropped).
 
@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from router.fastlane_config import (FastLaneConfig, FastRecord, add_server_commands, batches, map_commands,
-                                    parse_log_line, render_config, route_table, server_name, set_address_commands)
+from router.fastlane_config import (FastLaneConfig, FastRecord, batches, map_commands, parse_log_line, render_config,
+                                    route_table, slot_commands, slot_name)
 from router.placement_policy import HostView
 
 log = logging.getLogger(__name__)
@@ -58,26 +58,34 @@ def haproxy_binary(configured: str = "") -> str:
 
 class FastLane:
     def __init__(self, *, listen: str, router: str, binary: str = "", buffer_bytes: int = 65536, maxconn: int = 4096,
-                 check_interval_s: float = 1.0, on_records: Callable[[list[FastRecord]], None]) -> None:
+                 check_interval_s: float = 1.0, max_hosts: int = 64,
+                 on_records: Callable[[list[FastRecord]], None]) -> None:
         self.binary = haproxy_binary(binary)
+        # HAProxy's log lines: UDP on loopback, not a unix datagram socket, whose queue is capped at
+        # net.unix.max_dgram_qlen datagrams (10 on this kind of machine: lines were lost at 400 requests/s)
+        self._log_sock: socket.socket | None = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._log_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LOG_RCVBUF)
+        self._log_sock.bind(("127.0.0.1", 0))
+        log_target = f"127.0.0.1:{self._log_sock.getsockname()[1]}"
         self.dir = Path(tempfile.mkdtemp(prefix="mmhost-fastlane-"))  # 0700: the admin socket lives here
         self.cfg = FastLaneConfig(listen=listen, router=router, admin_socket=str(self.dir / "admin.sock"),
-                                  log_socket=str(self.dir / "log.sock"),
+                                  log_target=log_target,
                                   keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
-                                  buffer_bytes=buffer_bytes, maxconn=maxconn, check_interval_s=check_interval_s)
+                                  buffer_bytes=buffer_bytes, maxconn=maxconn, check_interval_s=check_interval_s,
+                                  max_hosts=max_hosts)
         self.on_records = on_records
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
         self.restarts = 0
-        self._log_sock: socket.socket | None = None
         self._reset_applied()
 
     def _reset_applied(self) -> None:
-        self.servers: dict[str, str] = {}  # address -> server name, every host HAProxy has (enabled or not)
+        self.servers: dict[str, str] = {}  # address -> its server slot, every host given one (enabled or not)
         self.targets: dict[str, str] = {}  # address -> the IP:port HAProxy connects to
         self.enabled: set[str] = set()
+        self._no_slot: set[str] = set()
         self.keys: dict[str, str] = {}
         self.routes: dict[str, str] = {}
 
@@ -102,11 +110,7 @@ class FastLane:
         if check.returncode != 0:
             raise FastLaneError(f"HAProxy refused the fast lane's configuration: {check.stderr.strip()[:2000]}")
         self._reset_applied()
-        if self._log_sock is None:  # bound once: a restarted HAProxy logs to the same socket
-            Path(self.cfg.log_socket).unlink(missing_ok=True)
-            self._log_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self._log_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LOG_RCVBUF)
-            self._log_sock.bind(self.cfg.log_socket)
+        if self._reader is None and self._log_sock is not None:  # once: a restarted HAProxy logs to the same port
             self._reader = threading.Thread(target=self._read_logs, args=(self._log_sock,), name="fast-lane-log",
                                             daemon=True)
             self._reader.start()
@@ -140,14 +144,14 @@ class FastLane:
             except subprocess.TimeoutExpired:
                 p.kill()
                 await asyncio.to_thread(p.wait)
-        if self._log_sock is not None:
-            try:
-                self._log_sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._log_sock.close()
+        if self._log_sock is not None:  # an empty datagram wakes the reader, which then stops
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", self._log_sock.getsockname())
         if self._reader is not None:
             self._reader.join(timeout=1.0)
+        if self._log_sock is not None:
+            self._log_sock.close()
+            self._log_sock = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- runtime API ---------------------------------------------------------------------------------
@@ -169,6 +173,19 @@ class FastLane:
             problems += [x for x in out.splitlines() if x.strip() and not _benign(x)]
         return problems
 
+    def _free_slot(self) -> str | None:
+        """A slot no host has had, else the slot of a host not up now (whose route is gone with it)."""
+        used = set(self.servers.values())
+        for i in range(self.cfg.max_hosts):
+            if slot_name(i) not in used:
+                return slot_name(i)
+        for addr, name in list(self.servers.items()):
+            if addr not in self.enabled:
+                del self.servers[addr]
+                self.targets.pop(addr, None)
+                return name
+        return None
+
     async def _resolve(self, address: str) -> str | None:
         """host:port with the host resolved to an IP (HAProxy's dynamic servers take addresses, not names)."""
         host, _, port = address.rpartition(":")
@@ -181,8 +198,8 @@ class FastLane:
 
     async def sync(self, eligible: Sequence[HostView], keys: Mapping[str, str], fast_tenants: frozenset[str]) -> None:
         """Make HAProxy's servers, keys and routes what the router's views say (only the differences are sent).
-        A host that leaves the view is put in maintenance, not deleted: it may come back (a restart), and
-        deleting a server with connections is refused."""
+        A host that leaves the view is put in maintenance; its slot stays its own (it may come back) until
+        another host needs a slot and none is free."""
         async with self._lock:
             await self.ensure_running()  # a restarted HAProxy starts empty: everything below is sent again
             cmds: list[str] = []
@@ -191,12 +208,16 @@ class FastLane:
                 target = await self._resolve(v.address)
                 if target is None:
                     continue
+                name = self.servers.get(v.address) or self._free_slot()
+                if name is None:
+                    if v.address not in self._no_slot:
+                        self._no_slot.add(v.address)
+                        log.warning("fast lane: no server slot left for host %s (%d in use): the Python lane "
+                                    "serves it alone", v.address, self.cfg.max_hosts)
+                    continue
                 up.add(v.address)
-                name = self.servers.get(v.address) or server_name(v.address)
-                if v.address not in self.servers:
-                    cmds += add_server_commands(name, target, self.cfg.check_interval_s)
-                elif self.targets.get(v.address) != target:
-                    cmds += set_address_commands(name, target)
+                if self.targets.get(v.address) != target:
+                    cmds += slot_commands(name, target)
                 elif v.address not in self.enabled:
                     cmds.append(f"enable server hosts/{name}")
                 self.servers[v.address], self.targets[v.address] = name, target
@@ -222,42 +243,42 @@ class FastLane:
     # -- log lines ---------------------------------------------------------------------------------------
 
     def _read_logs(self, sock: socket.socket) -> None:
-        """One datagram a line. After a blocking read and BATCH_S, whatever else is waiting is taken too, and
-        the batch goes to the event loop in one call: at a few hundred requests a second, one wake-up per line
-        cost the router ~250 us of CPU per request (bench, concurrency 1)."""
+        """One datagram a line, read as it comes; the lines go to the event loop in
+        batches, at most every BATCH_S: one wake-up of the loop per line cost the router ~250 us of CPU per
+        request (bench, concurrency 1)."""
         assert self._loop is not None
+        pending: list[FastRecord] = []
+        last = time.monotonic()
         while True:
+            wait = BATCH_S - (time.monotonic() - last) if pending else None
+            sock.settimeout(max(wait, 0.001) if wait is not None else None)
             try:
-                grams = [sock.recv(READ_CHUNK)]
-                time.sleep(BATCH_S)  # then take what came meanwhile: one wake-up per batch, not per request
-                sock.setblocking(False)
-                try:
-                    while len(grams) < MAX_BATCH:
-                        grams.append(sock.recv(READ_CHUNK))
-                except BlockingIOError:
-                    pass
-                finally:
-                    sock.setblocking(True)
-            except OSError:
+                raw = sock.recv(READ_CHUNK)
+            except TimeoutError:
+                raw = None
+            except OSError:  # closed: stopping
                 return
-            if not grams[0]:  # shut down
+            if raw == b"":  # stop() says so
                 return
-            recs: list[FastRecord] = []
-            for raw in grams:
+            if raw:
                 text = raw.decode("utf-8", "replace")
                 rec = parse_log_line(text)
                 if rec is not None:
-                    recs.append(rec)
+                    pending.append(rec)
                 elif text.strip():  # HAProxy's own events (a server up or down, a stop)
                     log.info("fast lane: %s", text.strip()[:500])
-            if recs:
+            if pending and (raw is None or time.monotonic() - last >= BATCH_S or len(pending) >= MAX_BATCH):
                 try:
-                    self._loop.call_soon_threadsafe(self.on_records, recs)
+                    self._loop.call_soon_threadsafe(self.on_records, pending)
                 except RuntimeError:  # the loop is closed: shutting down
                     return
+                pending, last = [], time.monotonic()
+            elif not pending:
+                last = time.monotonic()
 
 
 def _benign(answer: str) -> bool:
     """Runtime API answers that are not problems: empty, confirmations, and removing what is already gone."""
     a = answer.strip()
-    return a.startswith("New server registered") or a == "Done."
+    return a == "Done." or a.startswith("IP changed from") or a.startswith("no need to change the addr") \
+        or a.startswith("port changed from") or "no need to change the port" in a

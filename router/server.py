@@ -267,7 +267,8 @@ class Router:
             try:
                 self.fastlane = FastLane(listen=s.listen, router=f"127.0.0.1:{self.port}", binary=s.fast_lane_binary,
                                          buffer_bytes=s.fast_lane_buffer_bytes, maxconn=s.fast_lane_maxconn,
-                                         check_interval_s=s.fast_lane_check_interval_s, on_records=self._fast_records)
+                                         check_interval_s=s.fast_lane_check_interval_s,
+                                         max_hosts=s.fast_lane_max_hosts, on_records=self._fast_records)
             except FastLaneError as e:
                 raise SystemExit(f"router: {e}") from None
             self.internal_port, self.port = self.port, int(s.listen.rsplit(":", 1)[1])

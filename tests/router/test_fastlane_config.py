@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from router.fastlane_config import (FastLaneConfig, batches, map_commands, parse_log_line, ready_version,
-                                    render_config, route_key, route_table, server_name)
+                                    render_config, route_key, route_table, slot_commands)
 from router.placement_policy import HostView, ModelLoad, Residency
 
 READY, LOADING = Residency.READY, Residency.LOADING
@@ -47,10 +47,10 @@ def test_map_commands_send_only_the_differences():
     assert batches([f"c{i}" for i in range(5)], size=2) == ["c0;c1", "c2;c3", "c4"]
 
 
-def test_server_names_are_valid_and_distinct():
-    names = {server_name(a) for a in ("10.0.0.1:8001", "10.0.0.1_8001", "[::1]:8001", "hostd-0.hostd:8001")}
-    assert len(names) == 4
-    assert all(set(n) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") for n in names)
+def test_a_slot_takes_a_hosts_address():
+    assert slot_commands("s3", "10.0.0.7:8001") == ["set server hosts/s3 addr 10.0.0.7 port 8001",
+                                                    "enable server hosts/s3"]
+    assert slot_commands("s0", "[fd00::7]:8001")[0] == "set server hosts/s0 addr fd00::7 port 8001"
 
 
 def line(*fields: str) -> str:
@@ -84,7 +84,7 @@ def test_the_served_version_of_a_call_for_the_latest():
 def test_haproxy_accepts_the_configuration(tmp_path):
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
     cfg = FastLaneConfig(listen="127.0.0.1:1", router="127.0.0.1:2", admin_socket=str(tmp_path / "a.sock"),
-                         log_socket=str(tmp_path / "l.sock"),
+                         log_target="127.0.0.1:3",
                          keys_map=str(tmp_path / "k.map"), routes_map=str(tmp_path / "r.map"))
     (tmp_path / "k.map").write_text("")
     (tmp_path / "r.map").write_text("")

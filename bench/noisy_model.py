@@ -1,6 +1,6 @@
 """Noisy model: a light model called at concurrency 1, alone and then beside a ~50 MB model hammered at
 concurrency 32 from another client process, on one hostd, in one run; then the same through the router
-with an unlimited noisy tenant.
+with an unlimited noisy tenant, and through the router with its fast lane (fast_lane=haproxy).
 
     .venv/bin/python -m bench.noisy_model [--seconds 7] [--hostd-arg=--execution-slots=2 ...]
 
@@ -150,7 +150,7 @@ def light(addr: str, seconds: float, headers: dict) -> dict:
     return asyncio.run(closed_loop(addr, "light", "input", _x(LIGHT_DIMS), 1, seconds, warmup_s=0.5, headers=headers))
 
 
-def start_router(work: Path, host: str, tenants: Path, store: Path) -> tuple[subprocess.Popen, str]:
+def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """bench/noisy_neighbor.py's router, started here: that module imports our protos, which clash with
     tritonclient's in one process."""
     port = free_port()
@@ -158,14 +158,15 @@ def start_router(work: Path, host: str, tenants: Path, store: Path) -> tuple[sub
     log = open(work / f"router-{port}.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", host, "--tenants", str(tenants),
-         "--store", str(store), "--metrics-port", "0", "--refresh-interval", "0.2", "--log-level", "WARNING"],
+         "--store", str(store), "--metrics-port", "0", "--refresh-interval", "0.2", "--log-level", "WARNING", *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true"},
     )
     wait_serving(addr, proc)
     return proc, addr
 
 
-def run(seconds: float, hostd_args: list[str], via_router: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+def run(seconds: float, hostd_args: list[str], via_router: bool = True,
+        fast_lane: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
     from router.tenants import FileTenants
 
@@ -216,6 +217,14 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True) -> list[
             phase("router: light alone", raddr, via["acme"], None)
             noisy_alone("router: noisy alone", raddr, via["other"], "other")
             phase("router: beside unlimited noisy tenant", raddr, via["acme"], via["other"])
+            stop(router)
+            router = None
+            if fast_lane:  # the router with its fast lane: HAProxy sends both tenants' calls straight to hostd
+                router, faddr = start_router(work, host, tenants, store, "--fast-lane", "haproxy")
+                light(faddr, 1.5, via["acme"])  # warm-up; the models are READY, so routed from the first sync
+                phase("fast lane: light alone", faddr, via["acme"], None)
+                noisy_alone("fast lane: noisy alone", faddr, via["other"], "other")
+                phase("fast lane: beside unlimited noisy tenant", faddr, via["acme"], via["other"])
         finally:
             if router is not None:
                 stop(router)
@@ -234,9 +243,9 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
             print(f"{name:<40}{'':>10}{'':>9}{'':>9}{nz['errors']:>7}{'':>9}{'':>7}{'':>9}{'':>4}{nz['rps']:>10.0f}{'':>7}"
                   f"   (noisy batch compute {s.batch_ms:.1f} ms, {s.requests / max(1, s.batches):.1f} requests/batch)")
             continue
-        via_router = name.startswith("router")
-        alone, _, _ = by["router: light alone" if via_router else "light alone"]
-        noisy_alone = by["router: noisy alone" if via_router else "noisy alone"]
+        path = _path(name)
+        alone, _, _ = by[path + "light alone"]
+        noisy_alone = by[path + "noisy alone"]
         bound = kept = None
         ok = True
         if nz is not None:
@@ -252,13 +261,18 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
               f"{(format(nz['rps'], '.0f') if nz else ''):>10}{(format(kept, '.2f') if kept else ''):>7}")
     for name, r, _, nz in rows:
         if nz is not None and r and "alone" not in name:
-            alone = by["router: light alone" if name.startswith("router") else "light alone"][0]
+            alone = by[_path(name) + "light alone"][0]
             print(f"  {name}: light p99 {r['p99'] / alone['p99']:.1f}x alone")
     print("bound = light p99 alone + 1.5 x the noisy model's mean batch compute time alone (hostd's statistics); "
           "kept = noisy requests/s beside the light model / alone; queue ms, run ms = light's mean queue time and "
           "session run time in hostd")
     print("all phases within the bound, 0 errors, noisy kept >= 0.85:", "yes" if ok_all else "NO")
     return ok_all
+
+
+def _path(phase: str) -> str:
+    """The phases' common prefix: '' (direct), 'router: ' or 'fast lane: '."""
+    return phase.split(": ", 1)[0] + ": " if ": " in phase else ""
 
 
 def main() -> None:
@@ -273,10 +287,11 @@ def main() -> None:
     ap.add_argument("--nice-noisy", type=int, default=0, help="run the noisy client under `nice -n N` (its CPU "
                     "use stands for remote callers', not the host's); 0 = same priority as everything else")
     ap.add_argument("--direct-only", action="store_true", help="skip the phases through the router")
+    ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
-    rows = run(args.seconds, args.hostd_arg, not args.direct_only)
+    rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

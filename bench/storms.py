@@ -13,12 +13,14 @@ import asyncio
 import multiprocessing as mp
 import tempfile
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
+import psutil
 
 from bench._tenants import Outcomes, steady
 from catalog.publish import publish_version
@@ -64,7 +66,7 @@ class StormResult:
                                              if c not in ("OK", "RESOURCE_EXHAUSTED/inflight_bytes"))
 
     def growth_ok(self) -> bool:
-        (r0, r1), (h0, h1) = self.rss
+        (r0, r1), (h0, h1) = self.rss[:2]  # router, hostd (HAProxy, when there, is printed beside)
         return r1 - r0 <= parse_bytes(ROUTER_BUDGET) // MiB and h1 - h0 <= parse_bytes(HOSTD_BUDGET) // MiB
 
     def p99_ratio(self) -> float:
@@ -158,8 +160,10 @@ def calm_elsewhere(addr: str, md, seconds: float):
     return p, q
 
 
-def run_storms(storms: list[tuple[int, int]], seconds: float) -> list[StormResult]:
-    """One router + hostd per storm size (`(concurrency, mib)`): a fresh process's RSS for each."""
+def run_storms(storms: list[tuple[int, int]], seconds: float, fast_lane: bool = False) -> list[StormResult]:
+    """One router + hostd per storm size (`(concurrency, mib)`): a fresh process's RSS for each. `fast_lane`: the
+    router with fast_lane=haproxy (the calm tenant's small calls go straight to hostd, the storm's large bodies
+    through the router's Python lane and its byte budget); HAProxy's own RSS is printed beside."""
     out = []
     with tempfile.TemporaryDirectory() as d:
         for concurrency, mib in storms:
@@ -178,15 +182,19 @@ def run_storms(storms: list[tuple[int, int]], seconds: float) -> list[StormResul
             keys = {t: reg.create(t, "unlimited") for t in ("stormy", "calm")}
             h = HostdProc(str(store), work, args=["--tenant-limits", str(work / "tenants.json")], tenant="nobody",
                           env={"MMHOST_HOSTD_INFLIGHT_BYTES": HOSTD_BUDGET})
-            r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store)],
-                           env={"MMHOST_ROUTER_INFLIGHT_BYTES": ROUTER_BUDGET})
+            lane = ["--fast-lane", "haproxy", "--refresh-interval", "0.2"] if fast_lane else []
+            r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store),
+                                  *lane], env={"MMHOST_ROUTER_INFLIGHT_BYTES": ROUTER_BUDGET})
             try:
                 body = _request("wide", dim)
                 stormy, calm = auth(keys["stormy"]), auth(keys["calm"])
                 asyncio.run(storm(r.addr, stormy, body, 1, 0.01))  # loads the wide model
                 alone: list[Outcomes] = []
+                if fast_lane:  # the calm model loaded, then READY in the router's view: routed from here on
+                    calm_thread(r.addr, calm, 0.5, []).join(30)
+                    time.sleep(1.0)
                 calm_thread(r.addr, calm, seconds, alone).join(seconds + 30)
-                rss = PeakRss(r.proc.pid, h.proc.pid)
+                rss = PeakRss(r.proc.pid, h.proc.pid, *[c.pid for c in psutil.Process(r.proc.pid).children()])
                 p, q = calm_elsewhere(r.addr, calm, seconds + 0.5)
                 codes, odd, _ = asyncio.run(storm(r.addr, stormy, body, concurrency, seconds))
                 during = q.get(timeout=120)
@@ -194,7 +202,7 @@ def run_storms(storms: list[tuple[int, int]], seconds: float) -> list[StormResul
                 res = StormResult(f"{concurrency} x {mib} MB storm", codes, odd, alone[0], during, rss.stop())
                 print(f"  {res.name}: storm {dict(codes)}; calm p99 alone {res.calm_alone.pct(99):.1f} ms, "
                       f"during {res.calm_storm.pct(99):.1f} ms; RSS MiB (start, peak) router {res.rss[0]}, "
-                      f"hostd {res.rss[1]}", flush=True)
+                      f"hostd {res.rss[1]}" + (f", HAProxy {res.rss[2]}" if len(res.rss) > 2 else ""), flush=True)
                 for o in odd:
                     print("    odd:", o)
                 out.append(res)
@@ -207,8 +215,9 @@ def run_storms(storms: list[tuple[int, int]], seconds: float) -> list[StormResul
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--fast-lane", action="store_true", help="the router with fast_lane=haproxy")
     a = ap.parse_args()
-    for s in run_storms([(64, 8), (16, 60)], a.seconds):
+    for s in run_storms([(64, 8), (16, 60)], a.seconds, a.fast_lane):
         print(f"{s.name}: growth within budgets {s.growth_ok()}, calm p99 x{s.p99_ratio():.2f} (target <= 2), "
               f"bad answers {s.bad}")
 

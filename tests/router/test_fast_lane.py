@@ -38,11 +38,11 @@ def lane(tmp_path_factory):
     repo = ModelRepository(LocalStorage(work / "store"))
     build_onnx_mlp(work / "wide.onnx", (WIDE, 4, 2))
     for tenant, model, f in (("fast", "m", "m"), ("fast", "m2", "m"), ("capped", "m", "m"), ("other", "secret", "m"),
-                             ("fast", "wide", "wide")):
+                             ("fast", "wide", "wide"), ("mover", "m", "m")):
         publish_version(repo, onnx_manifest(tenant, model, "1", work / f"{f}.onnx", "model.onnx"),
                         {"model.onnx": work / f"{f}.onnx"})
     tenants = FileTenants(work / "tenants.json")
-    keys = {"fast": tenants.create("fast"), "other": tenants.create("other"),
+    keys = {"fast": tenants.create("fast"), "other": tenants.create("other"), "mover": tenants.create("mover"),
             "capped": tenants.create("capped", overrides={"rate": 0.001, "burst": 1})}
     return work, keys
 
@@ -159,6 +159,19 @@ def test_a_tenant_with_limits_is_admitted_by_the_python_router(cluster):
     time.sleep(0.6)  # three refreshes: a fast route for capped would be there by now
     code, _ = code_of(lambda: r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=10))
     assert code is C.RESOURCE_EXHAUSTED  # its rate limit holds: the fast lane never serves it
+    assert fast_count(r) == before
+
+
+def test_limits_set_live_take_a_tenant_off_the_fast_lane(cluster, lane):
+    r, _, keys = cluster
+    md = auth(keys["mover"])
+    warm(r, md)  # unlimited: on the fast lane
+    FileTenants(lane[0] / "tenants.json").set_limits("mover", overrides={"rate": 0.001, "burst": 1})
+    time.sleep(1.0)  # the router reads the file again within a refresh (0.2 s), then syncs HAProxy
+    before = fast_count(r)
+    codes = [code_of(lambda: r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=10))[0] for _ in range(3)]
+    assert codes[1:] == [C.RESOURCE_EXHAUSTED] * 2  # its new limit holds at once
+    time.sleep(0.3)
     assert fast_count(r) == before
 
 

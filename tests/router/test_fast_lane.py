@@ -204,3 +204,28 @@ def test_a_host_killed_under_fast_lane_traffic_is_skipped(lane, tmp_path):
         r.stop()
         for h in hosts:
             h.stop()
+
+
+def test_haproxy_killed_is_started_again_and_serves(lane):
+    work, keys = lane
+    r, hosts = start(work, n_hosts=1)
+    try:
+        md = auth(keys["fast"])
+        warm(r, md)
+        import psutil
+
+        child = psutil.Process(r.proc.pid).children()[0]
+        assert "haproxy" in child.name()
+        child.kill()
+        child.wait(10)
+        # the router starts it again at its next refresh (the port refuses meanwhile) and sends it its state
+        # whole: fast again
+        wait_until(lambda: code_of(lambda: r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=5))[0] is C.OK,
+                   what="the port answering again")
+        warm(r, md)
+        assert metric_value(r.metrics_text(), "mmhost_router_fast_lane_restarts_total") == 1
+        assert metric_value(r.metrics_text(), "mmhost_router_fast_lane_up") == 1
+    finally:
+        r.stop()
+        for h in hosts:
+            h.stop()

@@ -15,6 +15,10 @@ Both forms may be mixed; fitted samples override direct numbers.
 "request_overhead_spread" (direct): the same as a distribution, [[seconds, cumulative probability], ...]: each
 served request draws its own (on a busy host the time outside hostd has a long tail: on one kept run a median
 of 2.5 ms and a p99 of 17 ms). It replaces request_overhead_s where given.
+"request_overhead_spread_loaded" (direct): the spread of the requests that waited on a model load (the same run:
+p99 21.8 ms, against 15.4 ms for those that did not); where given, a request that waited on a load draws from it
+and the others from request_overhead_spread (then theirs alone). Without it every request draws from the one
+spread, as configs written before it say.
 
 A load has two stages, as in hostd (sim/loadpool.py): the first on a load worker (size x load_s_per_byte of
 its tier, plus first_fixed_s: fetch and verify, or a copy from host RAM), the second under the loader's lock,
@@ -68,18 +72,33 @@ class CostModel:
     locked_window_s: float = 1.0
     # (seconds, cumulative probability): how the time outside hostd varies per request; empty: request_overhead_s
     overhead_spread: tuple[tuple[float, float], ...] = ()
+    # the same for the requests that waited on a model load; empty: they draw from overhead_spread too
+    overhead_spread_loaded: tuple[tuple[float, float], ...] = ()
 
-    def overhead_seconds(self, u: float) -> float:
-        """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1)."""
-        if not self.overhead_spread:
+    def overhead_seconds(self, u: float, loaded: bool = False) -> float:
+        """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1);
+        `loaded`: the request waited on a model load."""
+        if loaded and self.overhead_spread_loaded:
+            ps, xs = self._overhead_loaded_points
+        elif self.overhead_spread:
+            ps, xs = self._overhead_points
+        else:
             return self.request_overhead_s
-        ps, xs = self._overhead_points
         return float(np.interp(u, ps, xs))
+
+    @property
+    def overhead_varies(self) -> bool:
+        """Requests draw their overhead (a spread is given), rather than all adding request_overhead_s."""
+        return bool(self.overhead_spread or self.overhead_spread_loaded)
 
     @cached_property
     def _overhead_points(self) -> tuple[np.ndarray, np.ndarray]:
         """The spread as np.interp's (p, x) arrays, built once: drawn for every simulated request."""
         return spread_points(self.overhead_spread)
+
+    @cached_property
+    def _overhead_loaded_points(self) -> tuple[np.ndarray, np.ndarray]:
+        return spread_points(self.overhead_spread_loaded)
 
     @cached_property
     def _locked_points(self) -> tuple[np.ndarray, np.ndarray]:
@@ -190,8 +209,13 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
                    request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
                    unload_s=float(data.get("unload_s", cm.unload_s)),
                    fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
-                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)),
+                   locked_spread=_spread(data, "locked_spread"),
                    locked_corr=float(data.get("locked_corr", cm.locked_corr)),
                    locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)),
-                   overhead_spread=tuple((float(x), float(p))
-                                         for x, p in data.get("request_overhead_spread", cm.overhead_spread)))
+                   overhead_spread=_spread(data, "request_overhead_spread"),
+                   overhead_spread_loaded=_spread(data, "request_overhead_spread_loaded"))
+
+
+def _spread(data: Mapping[str, Any], key: str) -> tuple[tuple[float, float], ...]:
+    """An inverse CDF [[x, p], ...] of the direct form as a tuple of pairs (empty when absent)."""
+    return tuple((float(x), float(p)) for x, p in data.get(key, ()))

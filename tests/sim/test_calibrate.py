@@ -214,3 +214,62 @@ def test_each_served_request_draws_its_time_outside_hostd_from_the_spread():
     assert 0.004 < np.percentile(lat, 99) < 0.020 and lat.min() >= 0.002
     assert cm.overhead_seconds(0.95) == pytest.approx(0.012)
     assert replace(cm, overhead_spread=()).overhead_seconds(0.95) == 0.003  # no spread: the constant
+
+
+def _served(overhead_ms: float, load_ms: float) -> dict:
+    return {"status": "OK", "total_ms": overhead_ms + load_ms + 1.0, "load_ms": load_ms, "queue_ms": 0.5,
+            "compute_ms": 0.5}
+
+
+def test_the_access_log_gives_one_spread_for_requests_that_waited_on_a_load_and_one_for_the_others():
+    """A request whose load_ms is more than a ready model's microseconds waited on a load: its overhead goes
+    into request_overhead_spread_loaded, the others' into request_overhead_spread."""
+    from sim.calibrate import MIN_LOADED_REQUESTS, overhead_spread_from_log, overhead_spreads_from_log
+
+    ready = [_served(2.0 + i / 100, 0.004) for i in range(100)]  # 2 .. 3 ms, load_ms of a ready model
+    waited = [_served(20.0 + i / 10, 80.0) for i in range(30)]  # 20 .. 23 ms, after an 80 ms load
+    got = overhead_spreads_from_log(ready + waited + [{"status": "UNAVAILABLE", "total_ms": 900.0, "load_ms": 0}])
+    assert set(got) == {"request_overhead_spread", "request_overhead_spread_loaded"}
+    r, w = got["request_overhead_spread"], got["request_overhead_spread_loaded"]
+    assert (r[0][0], r[-1][0]) == (pytest.approx(0.002), pytest.approx(0.00299))
+    assert (w[0][0], w[-1][0]) == (pytest.approx(0.020), pytest.approx(0.0229))
+    # too few that waited to describe their spread: one spread of every request, as before
+    few = ready + waited[:MIN_LOADED_REQUESTS - 1]
+    assert overhead_spreads_from_log(few) == {"request_overhead_spread": overhead_spread_from_log(few)}
+    assert overhead_spread_from_log(few)[-1][0] == pytest.approx(0.0218)  # the slowest that waited is in it
+    assert overhead_spreads_from_log([]) == {}
+
+
+def test_calibration_with_an_access_log_writes_both_spreads_into_a_config_sim_run_accepts():
+    s = series()
+    recs = [_served(2.0, 0.0)] * 50 + [_served(30.0, 50.0)] * 25
+    cfg = calibrate_cluster([s], [[RouterScrape(), RouterScrape(9.0, 300.0)]], access_log=recs)
+    cm = SimConfig.model_validate(cfg).cost_model()
+    assert cm.overhead_seconds(0.5) == pytest.approx(0.002)
+    assert cm.overhead_seconds(0.5, loaded=True) == pytest.approx(0.030)
+    no_log = calibrate_cluster([s], [[RouterScrape(), RouterScrape(9.0, 300.0)]])  # from metrics: no split
+    assert "request_overhead_spread_loaded" not in no_log["costs"]
+
+
+def test_a_request_that_waited_on_a_load_draws_from_the_loaded_spread_and_the_others_from_theirs():
+    """One model, a 1 s load: the requests that come during it wait and add the loaded spread's 50 ms; those
+    that come after find it ready and add 1 ms. A config with one spread gives every request that one."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from sim.cluster import Cluster, ClusterConfig
+    from sim.costs import ComputeCost
+    from sim.workload import ModelSpec, Workload
+
+    wl = Workload([ModelSpec("t/m/1", "t", 10)], np.array([0.0, 0.5, 2.0, 3.0]), np.zeros(4, dtype=np.int64))
+    spreads = {"request_overhead_spread": [[0.001, 0.0], [0.001, 1.0]],
+               "request_overhead_spread_loaded": [[0.050, 0.0], [0.050, 1.0]]}
+    base = replace(calibrate({"load_fixed_s": 1.0, "load_s_per_byte": {"storage": 0.0}}),
+                   compute_default=ComputeCost(0.0, 0.0))
+    split = replace(base, **{k: v for k, v in calibrate(spreads).__dict__.items() if "overhead_spread" in k})
+    lat = Cluster(wl, ClusterConfig(device_bytes=100), split).run().total.latencies
+    assert sorted(lat) == pytest.approx([0.001, 0.001, 0.5 + 0.050, 1.0 + 0.050])
+    one = replace(split, overhead_spread_loaded=())  # the config format before the split
+    assert sorted(Cluster(wl, ClusterConfig(device_bytes=100), one).run().total.latencies) == pytest.approx(
+        [0.001, 0.001, 0.501, 1.001])

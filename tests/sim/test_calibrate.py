@@ -1,11 +1,12 @@
 """`mmhost sim calibrate`'s fitting (sim/calibrate.py) on hand-made scrapes: load stages, overhead outside
 hostd, and the cluster's settings from its gauges, into a config `sim run` accepts."""
 
+import numpy as np
 import pytest
 
 from sim.calibrate import RouterScrape, calibrate_cluster, load_samples, parse_router_metrics
 from sim.config import SimConfig
-from sim.costs import calibrate
+from sim.costs import calibrate, spread_points
 from sim.fidelity import HostdScrape
 
 MB = 1_000_000
@@ -174,9 +175,20 @@ def test_the_time_outside_hostd_spread_from_an_access_log_is_each_requests_own()
     spread = overhead_spread_from_log(recs)
     assert len(spread) == len(OVERHEAD_QUANTILES)
     assert spread[0] == [pytest.approx(0.002), 0.0] and spread[-1] == [pytest.approx(0.100), 1.0]
-    assert spread[len(spread) // 2][0] == pytest.approx(0.051)  # the median request's 51 ms
+    assert np.interp(0.5, *spread_points(spread)) == pytest.approx(0.051)  # the median request's 51 ms
     assert all(a[0] <= b[0] for a, b in zip(spread, spread[1:], strict=False))
     assert overhead_spread_from_log([{"status": "UNAVAILABLE", "total_ms": 1.0}]) == []
+
+
+def test_the_spread_s_tail_is_the_requests_own_not_a_line_to_the_slowest_one():
+    """200 requests with 10 ms outside hostd and one with 500 ms: the spread's p99 is the requests' own p99
+    (10 ms); with points every 2.5% only it drew a line from p97.5 to the 500 ms one (304 ms at p99)."""
+    from sim.calibrate import overhead_spread_from_log
+
+    recs = [{"status": "OK", "total_ms": 10.0}] * 200 + [{"status": "OK", "total_ms": 500.0}]
+    spread = spread_points(overhead_spread_from_log(recs))
+    assert np.interp(0.99, *spread) == pytest.approx(0.010)
+    assert np.interp(0.995, *spread) < 0.5 and np.interp(1.0, *spread) == pytest.approx(0.5)
 
 
 def test_the_time_outside_hostd_spread_from_histograms_is_the_difference_of_quantiles():

@@ -309,7 +309,10 @@ def one_run(name: str, wl: Workload, a: argparse.Namespace, i: int) -> dict:
           f"{c.get('locked_s_per_byte', 0) * 1e9:.1f} ms/MB, first stage (storage) "
           f"{c.get('load_s_per_byte', {}).get('storage', 0) * 1e9:.1f} ms/MB, overhead outside hostd "
           f"{c['request_overhead_s'] * 1e3:.1f} ms (p50/p99 from the access log: "
-          + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in ov.items()) + f"), close {c.get('unload_s', 0) * 1e3:.1f} ms, "
+          + ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in ov.items())
+          + "".join(f"; waited {'<= ' + format(b * 1e3, '.0f') + ' ms' if b is not None else 'longer'} "
+                    f"{'/'.join(format(x, '.1f') for x in np.interp([0.5, 0.99], *spread_points(sp)) * 1e3)}"
+                    for b, sp in c.get("request_overhead_by_wait", [])) + f"), close {c.get('unload_s', 0) * 1e3:.1f} ms, "
           f"locked-stage spread p50/p90/p99 x{np.interp([0.5, 0.9, 0.99], *spread_points(c.get('locked_spread', [[1, 0], [1, 1]])))}, "
           f"streaks {c.get('locked_corr', 0):.2f} over {c.get('locked_window_s', 0):.1f}s, slots {real['cfg'].get('slots')}, "
           f"load workers {real['cfg']['load_workers']}")

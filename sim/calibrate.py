@@ -15,7 +15,7 @@ and `--trace` replays run on the measured cluster:
   (from their histograms' buckets; the means when there are no buckets: a mean is dragged up by the requests
   that waited on loads or were retried, a median is what a served-from-cache request pays) and how it varies
   from request to request (from a router's access log when given: one spread for the requests that waited on
-  a model load, one for the others; else one spread from the histograms); an
+  a model load, by how long they waited, one for the others; else one spread from the histograms); an
   unload's close = the evict stage per capacity eviction less a mean pool wait; how the locked stage varies
   from load to load (locked_spread) from its histogram's buckets; how a model's measured size varies from load
   to load (size_spread) from the distinct readings of mmhost_model_memory_bytes; whether slow loads come in
@@ -184,19 +184,27 @@ LOAD_WAIT_MS = 0.1  # a served request whose load_ms is over this waited on a lo
 MIN_LOADED_REQUESTS = 20  # fewer requests that waited on a load than this: one spread for every request
 
 
-def request_overheads(records: Iterable[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+WAIT_BINS = 3  # request_overhead_by_wait: bins of equal counts of the load wait, each with MIN_LOADED_REQUESTS or more
+
+
+def request_overheads(records: Iterable[Mapping[str, Any]]) -> tuple[list[float], list[float], list[float]]:
     """Per served request of a router's access log, its time outside hostd in seconds: its total time at the
-    router minus what hostd accounts for it (load wait, queue, compute); (those that did not wait on a model
-    load, those that did)."""
+    router minus what hostd accounts for it (load wait, queue, compute); (those of the requests that did not
+    wait on a model load, those of the requests that did, and the latter's load waits in seconds)."""
     ready: list[float] = []
     waited: list[float] = []
+    waits: list[float] = []
     for r in records:
         if r.get("status") != "OK" or r.get("total_ms") is None:
             continue
         load = float(r.get("load_ms") or 0)
         ov = max(0.0, float(r["total_ms"]) - load - float(r.get("queue_ms") or 0) - float(r.get("compute_ms") or 0))
-        (waited if load > LOAD_WAIT_MS else ready).append(ov / 1e3)
-    return ready, waited
+        if load > LOAD_WAIT_MS:
+            waited.append(ov / 1e3)
+            waits.append(load / 1e3)
+        else:
+            ready.append(ov / 1e3)
+    return ready, waited, waits
 
 
 def _spread_of(values: Sequence[float]) -> list[list[float]]:
@@ -206,18 +214,36 @@ def _spread_of(values: Sequence[float]) -> list[list[float]]:
 def overhead_spread_from_log(records: Iterable[Mapping[str, Any]]) -> list[list[float]]:
     """The same from a router's access log, exactly: every served request's own time outside hostd
     (request_overheads). Empty with no served requests."""
-    ready, waited = request_overheads(records)
+    ready, waited, _ = request_overheads(records)
     return _spread_of(ready + waited)
 
 
-def overhead_spreads_from_log(records: Iterable[Mapping[str, Any]]) -> dict[str, list[list[float]]]:
+def by_wait(waited: Sequence[float], waits: Sequence[float], bins: int = WAIT_BINS) -> list[list[Any]]:
+    """The overheads of the requests that waited on a load, by their load wait: `bins` bins of (about) equal
+    counts, [[upper bound of the wait in seconds, spread], ..., [None, spread]] (None: no bound)."""
+    order = np.argsort(np.asarray(waits), kind="stable")
+    parts = np.array_split(order, bins)
+    out: list[list[Any]] = []
+    for i, part in enumerate(parts):
+        bound = None if i == len(parts) - 1 else float(waits[part[-1]])
+        out.append([bound, _spread_of([waited[j] for j in part])])
+    return out
+
+
+def overhead_spreads_from_log(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The cost model's overhead spreads from an access log: request_overhead_spread of the requests that did
     not wait on a model load and request_overhead_spread_loaded of those that did (the second pay more
-    outside hostd too: on one kept Zipf run p50/p99 2.3/16.0 ms against 2.9/22.6 ms); with fewer than
-    MIN_LOADED_REQUESTS of the second, or none of the first, one spread of all."""
-    ready, waited = request_overheads(records)
+    outside hostd too: on one kept Zipf run p50/p99 2.3/16.0 ms against 2.9/22.6 ms), and with
+    WAIT_BINS x MIN_LOADED_REQUESTS of those or more, request_overhead_by_wait: theirs by how long they waited
+    (the longer the wait, the more they pay outside hostd: on six kept runs the two correlate, r 0.29-0.38);
+    with fewer than MIN_LOADED_REQUESTS that waited, or none that did not, one spread of all."""
+    ready, waited, waits = request_overheads(records)
     if len(waited) >= MIN_LOADED_REQUESTS and ready:
-        return {"request_overhead_spread": _spread_of(ready), "request_overhead_spread_loaded": _spread_of(waited)}
+        out: dict[str, Any] = {"request_overhead_spread": _spread_of(ready),
+                               "request_overhead_spread_loaded": _spread_of(waited)}
+        if len(waited) >= WAIT_BINS * MIN_LOADED_REQUESTS:
+            out["request_overhead_by_wait"] = by_wait(waited, waits)
+        return out
     both = _spread_of(ready + waited)
     return {"request_overhead_spread": both} if both else {}
 

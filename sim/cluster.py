@@ -6,7 +6,8 @@ hostd.sched_policy: by tenant, then model; one model holds at most all slots but
 the core's Dispatcher. What the simulator adds is only the cost model (sim/costs.py: load and batch times;
 optionally CPU contention, ClusterConfig.cores and threads) and the virtual clock (sim/engine.py). Latency =
 completion - arrival (+ the cost model's per-request overhead, drawn from the spread of the requests that
-waited on a load for those that did: not served from a ready model on arrival); shed requests never run.
+waited on a load for those that did: not served from a ready model on arrival; by how long they waited,
+where the cost model has bins for it); shed requests never run.
 
 Loads: with `load_workers` 0 (the default), one load at a time per host, evictions instant. With
 `load_workers` N, hostd's load path (sim/loadpool.py): N load threads take loads, closes of evicted models
@@ -119,6 +120,7 @@ class SimHost:
         self.pool = LoadPool(cfg.load_workers) if cfg.load_workers > 0 else None
         self.measured: dict[int, int] = {}  # model -> the size its last load measured (size_spread)
         self.loading_size: dict[int, int] = {}  # model -> the size the load under way will measure
+        self.ready_at: dict[int, float] = {}  # model -> when its last load ended (its waiters' load wait)
 
     @property
     def slots(self) -> ExecutionSlots:
@@ -367,6 +369,7 @@ class Cluster:
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
         hm = host.models[m]
+        host.ready_at[m] = now
         size = host.loading_size.pop(m, self.wl.models[m].size)
         if self.cfg.size_spread:
             host.measured[m] = size
@@ -424,9 +427,10 @@ class Cluster:
         lat = self.stats[self._tenant_of[m]].latencies
         if self.costs.overhead_varies:  # each request draws its own (from a stream of its own), from the
             draw, extra = self._overhead_rng.random, self.costs.overhead_seconds  # spread of its kind
+            ready = host.ready_at.get(m, now)  # a request that waited on a load waited until this
             for s in seqs:
                 arrived, loaded = self._arrival.pop(s)
-                lat.append(now - arrived + extra(draw(), loaded))
+                lat.append(now - arrived + extra(draw(), loaded, ready - arrived))
         else:
             overhead = self.costs.request_overhead_s
             for s in seqs:

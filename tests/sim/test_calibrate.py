@@ -285,3 +285,29 @@ def test_a_request_that_waited_on_a_load_draws_from_the_loaded_spread_and_the_ot
     one = replace(split, overhead_spread_loaded=())  # the config format before the split
     assert sorted(Cluster(wl, ClusterConfig(device_bytes=100), one).run().total.latencies) == pytest.approx(
         [0.001, 0.001, 0.501, 1.001])
+    # by how long it waited: the request at 0 waited 1 s (over the 0.75 s bound: 100 ms), the one at 0.5 s
+    # waited 0.5 s (10 ms); the requests that did not wait keep their own spread
+    by_wait = calibrate({**spreads, "request_overhead_by_wait": [[0.75, [[0.010, 0.0], [0.010, 1.0]]],
+                                                                 [None, [[0.100, 0.0], [0.100, 1.0]]]]})
+    binned = replace(split, overhead_by_wait=by_wait.overhead_by_wait)
+    lat = Cluster(wl, ClusterConfig(device_bytes=100), binned).run().total.latencies
+    assert lat == pytest.approx([1.0 + 0.100, 0.5 + 0.010, 0.001, 0.001])
+
+
+def test_the_loaded_spread_by_wait_has_bins_of_equal_counts_by_load_wait():
+    """90 requests that waited 10, 20 or 30 ms (30 each) on a load, paying 1, 2 or 3 ms outside hostd: three
+    bins, bounded at the waits that end each, each with its own requests' spread."""
+    from sim.calibrate import by_wait, overhead_spreads_from_log
+
+    waited = [_served(float(k), 10.0 * k) for k in (3, 1, 2) for _ in range(30)]
+    ready = [_served(0.5, 0.0)] * 10
+    got = overhead_spreads_from_log(ready + waited)["request_overhead_by_wait"]
+    assert [b for b, _ in got] == [pytest.approx(0.010), pytest.approx(0.020), None]
+    assert [(s[0][0], s[-1][0]) for _, s in got] == [(pytest.approx(k / 1e3), pytest.approx(k / 1e3)) for k in (1, 2, 3)]
+    cm = calibrate(overhead_spreads_from_log(ready + waited))
+    assert [cm.overhead_seconds(0.5, True, w) for w in (0.005, 0.010, 0.015, 0.025, 9.0)] == pytest.approx(
+        [0.001, 0.001, 0.002, 0.003, 0.003])
+    assert cm.overhead_seconds(0.5) == pytest.approx(0.0005)
+    assert len(by_wait([0.001] * 5, [0.1] * 5, bins=2)) == 2
+    # fewer than 3 x 20 that waited: no bins, the one loaded spread
+    assert "request_overhead_by_wait" not in overhead_spreads_from_log(ready + waited[:59])

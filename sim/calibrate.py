@@ -13,7 +13,9 @@ and `--trace` replays run on the measured cluster:
   RAM; compute per batch per model from the compute-time and batch-size histograms; the per-request overhead
   outside hostd (router and RPC hop) = the routers' median forward time - the hostds' median request time
   (from their histograms' buckets; the means when there are no buckets: a mean is dragged up by the requests
-  that waited on loads or were retried, a median is what a served-from-cache request pays); an
+  that waited on loads or were retried, a median is what a served-from-cache request pays) and how it varies
+  from request to request (from a router's access log when given: one spread for the requests that waited on
+  a model load, by how long they waited, one for the others; else one spread from the histograms); an
   unload's close = the evict stage per capacity eviction less a mean pool wait; how the locked stage varies
   from load to load (locked_spread) from its histogram's buckets; how a model's measured size varies from load
   to load (size_spread) from the distinct readings of mmhost_model_memory_bytes; whether slow loads come in
@@ -151,7 +153,10 @@ def overhead_s(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Sequenc
     return max(0.0, fs / fn - hs / hn)
 
 
-OVERHEAD_QUANTILES = np.linspace(0.0, 1.0, 41)  # the points of an overhead spread (inverse CDF)
+# The points of an overhead spread (inverse CDF): every 2.5% up to p95, then dense in the tail that the sim's
+# p99 draws from. With even points only (p97.5, then p100) every draw above p97.5 fell on a line to the one
+# slowest request: on kept runs the spread said 22-69 ms at p99 where the requests' own p99 was 16-31 ms.
+OVERHEAD_QUANTILES = np.round(np.concatenate([np.linspace(0.0, 0.95, 39), [0.96, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0]]), 6)
 
 
 def _monotone_spread(values: Sequence[float]) -> list[list[float]]:
@@ -175,15 +180,72 @@ def overhead_spread(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[Se
                              for q in OVERHEAD_QUANTILES])
 
 
+LOAD_WAIT_MS = 0.1  # a served request whose load_ms is over this waited on a load (a ready model: microseconds)
+MIN_LOADED_REQUESTS = 20  # fewer requests that waited on a load than this: one spread for every request
+
+
+WAIT_BINS = 3  # request_overhead_by_wait: bins of equal counts of the load wait, each with MIN_LOADED_REQUESTS or more
+
+
+def request_overheads(records: Iterable[Mapping[str, Any]]) -> tuple[list[float], list[float], list[float]]:
+    """Per served request of a router's access log, its time outside hostd in seconds: its total time at the
+    router minus what hostd accounts for it (load wait, queue, compute); (those of the requests that did not
+    wait on a model load, those of the requests that did, and the latter's load waits in seconds)."""
+    ready: list[float] = []
+    waited: list[float] = []
+    waits: list[float] = []
+    for r in records:
+        if r.get("status") != "OK" or r.get("total_ms") is None:
+            continue
+        load = float(r.get("load_ms") or 0)
+        ov = max(0.0, float(r["total_ms"]) - load - float(r.get("queue_ms") or 0) - float(r.get("compute_ms") or 0))
+        if load > LOAD_WAIT_MS:
+            waited.append(ov / 1e3)
+            waits.append(load / 1e3)
+        else:
+            ready.append(ov / 1e3)
+    return ready, waited, waits
+
+
+def _spread_of(values: Sequence[float]) -> list[list[float]]:
+    return _monotone_spread(np.quantile(np.asarray(values), OVERHEAD_QUANTILES).tolist()) if values else []
+
+
 def overhead_spread_from_log(records: Iterable[Mapping[str, Any]]) -> list[list[float]]:
-    """The same from a router's access log, exactly: per served request, its total time at the router minus
-    what hostd accounts for it (load wait, queue, compute). Empty with no served requests."""
-    ov = [max(0.0, float(r["total_ms"]) - float(r.get("load_ms") or 0) - float(r.get("queue_ms") or 0)
-              - float(r.get("compute_ms") or 0)) / 1e3
-          for r in records if r.get("status") == "OK" and r.get("total_ms") is not None]
-    if not ov:
-        return []
-    return _monotone_spread(np.quantile(np.asarray(ov), OVERHEAD_QUANTILES).tolist())
+    """The same from a router's access log, exactly: every served request's own time outside hostd
+    (request_overheads). Empty with no served requests."""
+    ready, waited, _ = request_overheads(records)
+    return _spread_of(ready + waited)
+
+
+def by_wait(waited: Sequence[float], waits: Sequence[float], bins: int = WAIT_BINS) -> list[list[Any]]:
+    """The overheads of the requests that waited on a load, by their load wait: `bins` bins of (about) equal
+    counts, [[upper bound of the wait in seconds, spread], ..., [None, spread]] (None: no bound)."""
+    order = np.argsort(np.asarray(waits), kind="stable")
+    parts = np.array_split(order, bins)
+    out: list[list[Any]] = []
+    for i, part in enumerate(parts):
+        bound = None if i == len(parts) - 1 else float(waits[part[-1]])
+        out.append([bound, _spread_of([waited[j] for j in part])])
+    return out
+
+
+def overhead_spreads_from_log(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cost model's overhead spreads from an access log: request_overhead_spread of the requests that did
+    not wait on a model load and request_overhead_spread_loaded of those that did (the second pay more
+    outside hostd too: on one kept Zipf run p50/p99 2.3/16.0 ms against 2.9/22.6 ms), and with
+    WAIT_BINS x MIN_LOADED_REQUESTS of those or more, request_overhead_by_wait: theirs by how long they waited
+    (the longer the wait, the more they pay outside hostd: on six kept runs the two correlate, r 0.29-0.38);
+    with fewer than MIN_LOADED_REQUESTS that waited, or none that did not, one spread of all."""
+    ready, waited, waits = request_overheads(records)
+    if len(waited) >= MIN_LOADED_REQUESTS and ready:
+        out: dict[str, Any] = {"request_overhead_spread": _spread_of(ready),
+                               "request_overhead_spread_loaded": _spread_of(waited)}
+        if len(waited) >= WAIT_BINS * MIN_LOADED_REQUESTS:
+            out["request_overhead_by_wait"] = by_wait(waited, waits)
+        return out
+    both = _spread_of(ready + waited)
+    return {"request_overhead_spread": both} if both else {}
 
 
 MIN_SPREAD_LOADS = 20  # fewer loads than this: no spread (every load takes its mean)
@@ -269,8 +331,9 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
                       access_log: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """A SimConfig dict from each hostd's scrapes (and the routers'). `sizes`: measured bytes per
     'tenant/model/version' (default: hostd's mmhost_model_memory_bytes seen in the scrapes). `access_log`:
-    a router's access-log records over the same time, for the exact spread of the time outside hostd (else
-    it is estimated from the histograms)."""
+    a router's access-log records over the same time, for the exact spreads of the time outside hostd, one
+    for the requests that waited on a load and one for the others (else one spread estimated from the
+    histograms)."""
     hosts = [h for h in hosts if h]
     if not hosts:
         raise ValueError("no hostd metrics to calibrate from")
@@ -310,8 +373,9 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
     if batches:
         costs["batches"] = batches
     costs["request_overhead_s"] = overhead_s(hosts, routers)
-    ov = overhead_spread_from_log(access_log) if access_log else overhead_spread(hosts, routers)
-    if ov:
+    if access_log:
+        costs.update(overhead_spreads_from_log(access_log))
+    elif ov := overhead_spread(hosts, routers):
         costs["request_overhead_spread"] = ov
     last = [h[-1] for h in hosts]
     budget = int(np.median([s.budget for s in last]))

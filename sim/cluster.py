@@ -5,7 +5,9 @@ hostd.batch_policy.decide over its executors); and the host's execution slots (f
 hostd.sched_policy: by tenant, then model; one model holds at most all slots but one), tied to the queues by
 the core's Dispatcher. What the simulator adds is only the cost model (sim/costs.py: load and batch times;
 optionally CPU contention, ClusterConfig.cores and threads) and the virtual clock (sim/engine.py). Latency =
-completion - arrival (+ the cost model's per-request overhead); shed requests never run.
+completion - arrival (+ the cost model's per-request overhead, drawn from the spread of the requests that
+waited on a load for those that did: not served from a ready model on arrival; by how long they waited,
+where the cost model has bins for it); shed requests never run.
 
 Loads: with `load_workers` 0 (the default), one load at a time per host, evictions instant. With
 `load_workers` N, hostd's load path (sim/loadpool.py): N load threads take loads, closes of evicted models
@@ -118,6 +120,7 @@ class SimHost:
         self.pool = LoadPool(cfg.load_workers) if cfg.load_workers > 0 else None
         self.measured: dict[int, int] = {}  # model -> the size its last load measured (size_spread)
         self.loading_size: dict[int, int] = {}  # model -> the size the load under way will measure
+        self.ready_at: dict[int, float] = {}  # model -> when its last load ended (its waiters' load wait)
 
     @property
     def slots(self) -> ExecutionSlots:
@@ -168,7 +171,7 @@ class Cluster:
         self._ts, self._model = wl.ts.tolist(), wl.model.tolist()
         self._tenant_of = [m.tenant for m in wl.models]
         self._pinned = {i for i, m in enumerate(wl.models) if m.key in cfg.pinned}
-        self._arrival: dict[int, float] = {}
+        self._arrival: dict[int, tuple[float, bool]] = {}  # queued request -> (arrival, waited on a load)
         # per load (pool mode): seconds in each stage of hostd's load path, as its load-path histogram
         self.load_waits: dict[str, list[float]] = {"evict": [], "pool_wait": [], "lock_wait": [], "locked": [],
                                                    "total": []}
@@ -228,7 +231,7 @@ class Cluster:
             st.hits += 1
         else:
             st.bytes_missed += size
-        self._arrival[seq] = now
+        self._arrival[seq] = (now, not hit)  # when it came, whether it waits on a load (its overhead's spread)
         hm.queue.add(Pending(seq, now, deadline=now + self.cfg.deadline_s))
         host.cache.set_busy(m, True)
         self._kick(host, m)
@@ -366,6 +369,7 @@ class Cluster:
     def _loaded(self, host: SimHost, m: int) -> None:
         now = self.loop.now
         hm = host.models[m]
+        host.ready_at[m] = now
         size = host.loading_size.pop(m, self.wl.models[m].size)
         if self.cfg.size_spread:
             host.measured[m] = size
@@ -421,14 +425,16 @@ class Cluster:
     def _batch_done(self, host: SimHost, m: int, seqs: tuple[int, ...]) -> None:
         now = self.loop.now
         lat = self.stats[self._tenant_of[m]].latencies
-        if self.costs.overhead_spread:  # each request draws its own (from a stream of its own)
-            draw, extra = self._overhead_rng.random, self.costs.overhead_seconds
+        if self.costs.overhead_varies:  # each request draws its own (from a stream of its own), from the
+            draw, extra = self._overhead_rng.random, self.costs.overhead_seconds  # spread of its kind
+            ready = host.ready_at.get(m, now)  # a request that waited on a load waited until this
             for s in seqs:
-                lat.append(now - self._arrival.pop(s) + extra(draw()))
+                arrived, loaded = self._arrival.pop(s)
+                lat.append(now - arrived + extra(draw(), loaded, ready - arrived))
         else:
             overhead = self.costs.request_overhead_s
             for s in seqs:
-                lat.append(now - self._arrival.pop(s) + overhead)
+                lat.append(now - self._arrival.pop(s)[0] + overhead)
         host.running -= 1
         self._apply(host, host.dispatch.finish(m, len(seqs), now))
         hm = host.models.get(m)

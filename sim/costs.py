@@ -15,6 +15,14 @@ Both forms may be mixed; fitted samples override direct numbers.
 "request_overhead_spread" (direct): the same as a distribution, [[seconds, cumulative probability], ...]: each
 served request draws its own (on a busy host the time outside hostd has a long tail: on one kept run a median
 of 2.5 ms and a p99 of 17 ms). It replaces request_overhead_s where given.
+"request_overhead_spread_loaded" (direct): the spread of the requests that waited on a model load (the same run:
+p99 21.8 ms, against 15.4 ms for those that did not); where given, a request that waited on a load draws from it
+and the others from request_overhead_spread (then theirs alone). Without it every request draws from the one
+spread, as configs written before it say. "request_overhead_by_wait" (direct): the same by how long the request
+waited on its load, [[upper bound in seconds, or null for the last, spread], ...] in rising order: a request
+that waited w draws from the first bin whose bound is at least w (a request that waits long on a load pays
+more outside hostd too: on kept runs the two correlate, r 0.3-0.4); where given it replaces
+request_overhead_spread_loaded.
 
 A load has two stages, as in hostd (sim/loadpool.py): the first on a load worker (size x load_s_per_byte of
 its tier, plus first_fixed_s: fetch and verify, or a copy from host RAM), the second under the loader's lock,
@@ -32,7 +40,9 @@ locked_corr instead of its own, so loads in the same window are correlated (the 
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -68,18 +78,42 @@ class CostModel:
     locked_window_s: float = 1.0
     # (seconds, cumulative probability): how the time outside hostd varies per request; empty: request_overhead_s
     overhead_spread: tuple[tuple[float, float], ...] = ()
+    # the same for the requests that waited on a model load; empty: they draw from overhead_spread too
+    overhead_spread_loaded: tuple[tuple[float, float], ...] = ()
+    # (load wait upper bound in seconds, spread) in rising order, the last bound inf: the loaded spread by wait
+    overhead_by_wait: tuple[tuple[float, tuple[tuple[float, float], ...]], ...] = ()
 
-    def overhead_seconds(self, u: float) -> float:
-        """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1)."""
-        if not self.overhead_spread:
+    def overhead_seconds(self, u: float, loaded: bool = False, wait_s: float = 0.0) -> float:
+        """One served request's time outside queue, load and compute, for a uniform draw `u` in [0, 1);
+        `loaded`: the request waited on a model load, for `wait_s` seconds."""
+        if loaded and self.overhead_by_wait:
+            bounds, points = self._by_wait_points
+            ps, xs = points[min(bisect.bisect_left(bounds, wait_s), len(points) - 1)]
+        elif loaded and self.overhead_spread_loaded:
+            ps, xs = self._overhead_loaded_points
+        elif self.overhead_spread:
+            ps, xs = self._overhead_points
+        else:
             return self.request_overhead_s
-        ps, xs = self._overhead_points
         return float(np.interp(u, ps, xs))
+
+    @property
+    def overhead_varies(self) -> bool:
+        """Requests draw their overhead (a spread is given), rather than all adding request_overhead_s."""
+        return bool(self.overhead_spread or self.overhead_spread_loaded or self.overhead_by_wait)
 
     @cached_property
     def _overhead_points(self) -> tuple[np.ndarray, np.ndarray]:
         """The spread as np.interp's (p, x) arrays, built once: drawn for every simulated request."""
         return spread_points(self.overhead_spread)
+
+    @cached_property
+    def _overhead_loaded_points(self) -> tuple[np.ndarray, np.ndarray]:
+        return spread_points(self.overhead_spread_loaded)
+
+    @cached_property
+    def _by_wait_points(self) -> tuple[list[float], list[tuple[np.ndarray, np.ndarray]]]:
+        return [b for b, _ in self.overhead_by_wait], [spread_points(s) for _, s in self.overhead_by_wait]
 
     @cached_property
     def _locked_points(self) -> tuple[np.ndarray, np.ndarray]:
@@ -190,8 +224,15 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
                    request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
                    unload_s=float(data.get("unload_s", cm.unload_s)),
                    fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
-                   locked_spread=tuple((float(x), float(p)) for x, p in data.get("locked_spread", cm.locked_spread)),
+                   locked_spread=_spread(data, "locked_spread"),
                    locked_corr=float(data.get("locked_corr", cm.locked_corr)),
                    locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)),
-                   overhead_spread=tuple((float(x), float(p))
-                                         for x, p in data.get("request_overhead_spread", cm.overhead_spread)))
+                   overhead_spread=_spread(data, "request_overhead_spread"),
+                   overhead_spread_loaded=_spread(data, "request_overhead_spread_loaded"),
+                   overhead_by_wait=tuple((math.inf if b is None else float(b), _spread({"s": sp}, "s"))
+                                          for b, sp in data.get("request_overhead_by_wait", ())))
+
+
+def _spread(data: Mapping[str, Any], key: str) -> tuple[tuple[float, float], ...]:
+    """An inverse CDF [[x, p], ...] of the direct form as a tuple of pairs (empty when absent)."""
+    return tuple((float(x), float(p)) for x, p in data.get(key, ()))

@@ -1,11 +1,12 @@
 """`mmhost sim calibrate`'s fitting (sim/calibrate.py) on hand-made scrapes: load stages, overhead outside
 hostd, and the cluster's settings from its gauges, into a config `sim run` accepts."""
 
+import numpy as np
 import pytest
 
 from sim.calibrate import RouterScrape, calibrate_cluster, load_samples, parse_router_metrics
 from sim.config import SimConfig
-from sim.costs import calibrate
+from sim.costs import calibrate, spread_points
 from sim.fidelity import HostdScrape
 
 MB = 1_000_000
@@ -174,9 +175,20 @@ def test_the_time_outside_hostd_spread_from_an_access_log_is_each_requests_own()
     spread = overhead_spread_from_log(recs)
     assert len(spread) == len(OVERHEAD_QUANTILES)
     assert spread[0] == [pytest.approx(0.002), 0.0] and spread[-1] == [pytest.approx(0.100), 1.0]
-    assert spread[len(spread) // 2][0] == pytest.approx(0.051)  # the median request's 51 ms
+    assert np.interp(0.5, *spread_points(spread)) == pytest.approx(0.051)  # the median request's 51 ms
     assert all(a[0] <= b[0] for a, b in zip(spread, spread[1:], strict=False))
     assert overhead_spread_from_log([{"status": "UNAVAILABLE", "total_ms": 1.0}]) == []
+
+
+def test_the_spread_s_tail_is_the_requests_own_not_a_line_to_the_slowest_one():
+    """200 requests with 10 ms outside hostd and one with 500 ms: the spread's p99 is the requests' own p99
+    (10 ms); with points every 2.5% only it drew a line from p97.5 to the 500 ms one (304 ms at p99)."""
+    from sim.calibrate import overhead_spread_from_log
+
+    recs = [{"status": "OK", "total_ms": 10.0}] * 200 + [{"status": "OK", "total_ms": 500.0}]
+    spread = spread_points(overhead_spread_from_log(recs))
+    assert np.interp(0.99, *spread) == pytest.approx(0.010)
+    assert np.interp(0.995, *spread) < 0.5 and np.interp(1.0, *spread) == pytest.approx(0.5)
 
 
 def test_the_time_outside_hostd_spread_from_histograms_is_the_difference_of_quantiles():
@@ -214,3 +226,88 @@ def test_each_served_request_draws_its_time_outside_hostd_from_the_spread():
     assert 0.004 < np.percentile(lat, 99) < 0.020 and lat.min() >= 0.002
     assert cm.overhead_seconds(0.95) == pytest.approx(0.012)
     assert replace(cm, overhead_spread=()).overhead_seconds(0.95) == 0.003  # no spread: the constant
+
+
+def _served(overhead_ms: float, load_ms: float) -> dict:
+    return {"status": "OK", "total_ms": overhead_ms + load_ms + 1.0, "load_ms": load_ms, "queue_ms": 0.5,
+            "compute_ms": 0.5}
+
+
+def test_the_access_log_gives_one_spread_for_requests_that_waited_on_a_load_and_one_for_the_others():
+    """A request whose load_ms is more than a ready model's microseconds waited on a load: its overhead goes
+    into request_overhead_spread_loaded, the others' into request_overhead_spread."""
+    from sim.calibrate import MIN_LOADED_REQUESTS, overhead_spread_from_log, overhead_spreads_from_log
+
+    ready = [_served(2.0 + i / 100, 0.004) for i in range(100)]  # 2 .. 3 ms, load_ms of a ready model
+    waited = [_served(20.0 + i / 10, 80.0) for i in range(30)]  # 20 .. 23 ms, after an 80 ms load
+    got = overhead_spreads_from_log(ready + waited + [{"status": "UNAVAILABLE", "total_ms": 900.0, "load_ms": 0}])
+    assert set(got) == {"request_overhead_spread", "request_overhead_spread_loaded"}
+    r, w = got["request_overhead_spread"], got["request_overhead_spread_loaded"]
+    assert (r[0][0], r[-1][0]) == (pytest.approx(0.002), pytest.approx(0.00299))
+    assert (w[0][0], w[-1][0]) == (pytest.approx(0.020), pytest.approx(0.0229))
+    # too few that waited to describe their spread: one spread of every request, as before
+    few = ready + waited[:MIN_LOADED_REQUESTS - 1]
+    assert overhead_spreads_from_log(few) == {"request_overhead_spread": overhead_spread_from_log(few)}
+    assert overhead_spread_from_log(few)[-1][0] == pytest.approx(0.0218)  # the slowest that waited is in it
+    assert overhead_spreads_from_log([]) == {}
+
+
+def test_calibration_with_an_access_log_writes_both_spreads_into_a_config_sim_run_accepts():
+    s = series()
+    recs = [_served(2.0, 0.0)] * 50 + [_served(30.0, 50.0)] * 25
+    cfg = calibrate_cluster([s], [[RouterScrape(), RouterScrape(9.0, 300.0)]], access_log=recs)
+    cm = SimConfig.model_validate(cfg).cost_model()
+    assert cm.overhead_seconds(0.5) == pytest.approx(0.002)
+    assert cm.overhead_seconds(0.5, loaded=True) == pytest.approx(0.030)
+    no_log = calibrate_cluster([s], [[RouterScrape(), RouterScrape(9.0, 300.0)]])  # from metrics: no split
+    assert "request_overhead_spread_loaded" not in no_log["costs"]
+
+
+def test_a_request_that_waited_on_a_load_draws_from_the_loaded_spread_and_the_others_from_theirs():
+    """One model, a 1 s load: the requests that come during it wait and add the loaded spread's 50 ms; those
+    that come after find it ready and add 1 ms. A config with one spread gives every request that one."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from sim.cluster import Cluster, ClusterConfig
+    from sim.costs import ComputeCost
+    from sim.workload import ModelSpec, Workload
+
+    wl = Workload([ModelSpec("t/m/1", "t", 10)], np.array([0.0, 0.5, 2.0, 3.0]), np.zeros(4, dtype=np.int64))
+    spreads = {"request_overhead_spread": [[0.001, 0.0], [0.001, 1.0]],
+               "request_overhead_spread_loaded": [[0.050, 0.0], [0.050, 1.0]]}
+    base = replace(calibrate({"load_fixed_s": 1.0, "load_s_per_byte": {"storage": 0.0}}),
+                   compute_default=ComputeCost(0.0, 0.0))
+    split = replace(base, **{k: v for k, v in calibrate(spreads).__dict__.items() if "overhead_spread" in k})
+    lat = Cluster(wl, ClusterConfig(device_bytes=100), split).run().total.latencies
+    assert sorted(lat) == pytest.approx([0.001, 0.001, 0.5 + 0.050, 1.0 + 0.050])
+    one = replace(split, overhead_spread_loaded=())  # the config format before the split
+    assert sorted(Cluster(wl, ClusterConfig(device_bytes=100), one).run().total.latencies) == pytest.approx(
+        [0.001, 0.001, 0.501, 1.001])
+    # by how long it waited: the request at 0 waited 1 s (over the 0.75 s bound: 100 ms), the one at 0.5 s
+    # waited 0.5 s (10 ms); the requests that did not wait keep their own spread
+    by_wait = calibrate({**spreads, "request_overhead_by_wait": [[0.75, [[0.010, 0.0], [0.010, 1.0]]],
+                                                                 [None, [[0.100, 0.0], [0.100, 1.0]]]]})
+    binned = replace(split, overhead_by_wait=by_wait.overhead_by_wait)
+    lat = Cluster(wl, ClusterConfig(device_bytes=100), binned).run().total.latencies
+    assert lat == pytest.approx([1.0 + 0.100, 0.5 + 0.010, 0.001, 0.001])
+
+
+def test_the_loaded_spread_by_wait_has_bins_of_equal_counts_by_load_wait():
+    """90 requests that waited 10, 20 or 30 ms (30 each) on a load, paying 1, 2 or 3 ms outside hostd: three
+    bins, bounded at the waits that end each, each with its own requests' spread."""
+    from sim.calibrate import by_wait, overhead_spreads_from_log
+
+    waited = [_served(float(k), 10.0 * k) for k in (3, 1, 2) for _ in range(30)]
+    ready = [_served(0.5, 0.0)] * 10
+    got = overhead_spreads_from_log(ready + waited)["request_overhead_by_wait"]
+    assert [b for b, _ in got] == [pytest.approx(0.010), pytest.approx(0.020), None]
+    assert [(s[0][0], s[-1][0]) for _, s in got] == [(pytest.approx(k / 1e3), pytest.approx(k / 1e3)) for k in (1, 2, 3)]
+    cm = calibrate(overhead_spreads_from_log(ready + waited))
+    assert [cm.overhead_seconds(0.5, True, w) for w in (0.005, 0.010, 0.015, 0.025, 9.0)] == pytest.approx(
+        [0.001, 0.001, 0.002, 0.003, 0.003])
+    assert cm.overhead_seconds(0.5) == pytest.approx(0.0005)
+    assert len(by_wait([0.001] * 5, [0.1] * 5, bins=2)) == 2
+    # fewer than 3 x 20 that waited: no bins, the one loaded spread
+    assert "request_overhead_by_wait" not in overhead_spreads_from_log(ready + waited[:59])

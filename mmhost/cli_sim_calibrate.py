@@ -37,8 +37,9 @@ def calibrate_cmd(
     interval: Annotated[float, typer.Option(min=0.0, help="seconds between scrapes")] = 10.0,
     timeout: Annotated[float, typer.Option(help="seconds per scrape")] = 5.0,
     access_log: Annotated[Path | None, typer.Option(
-        "--access-log", help="a router's access log (JSON lines) from the same traffic: the exact spread of the "
-        "time requests spend outside hostd (default: estimated from the metrics' histograms)")] = None,
+        "--access-log", help="a router's access log (JSON lines) from the same traffic: the time requests spend "
+        "outside hostd, measured per request: one spread for requests that did not wait on a load and, by how long "
+        "they waited, for those that did (default: one spread estimated from the metrics' histograms)")] = None,
 ) -> None:
     """Measure a running cluster and write a sim config: hosts, device budget, watermarks, RAM tier, slots, load
     workers, load and compute costs, per-request overhead outside hostd."""

@@ -255,8 +255,9 @@ class ModelRunner:
 
     def cost_estimate(self, requests: int = 0) -> float:
         """Estimated seconds of device time for a batch: the mean so far (the slots' fair share charges it);
-        for one request, the recent batches of one request (the dispatch runs it wide only when short)."""
-        if requests == 1 and self._lone_s:
+        for one request of a model that can run wide, its recent batches of one request (the dispatch runs
+        such a batch wide only when short)."""
+        if requests == 1 and self._lone_s and self._loaded.wide:
             return self._lone_s
         s = self._stats.compute_infer
         return (s.ns / s.count / 1e9) if s.count else 0.001

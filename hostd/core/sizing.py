@@ -17,10 +17,11 @@ CPU gets a second session of `wide` = cores threads over the same weights (hostd
 dispatch (core/dispatch.py) runs a batch of one request on it when that batch is alone on the host and
 estimated under WIDE_MAX_S; it holds every slot meanwhile, so the cores in use still never exceed `cores`,
 and another model's work that arrives meanwhile waits for that one batch: at most WIDE_MAX_S. Measured on
-2 cores, one run each: c1 p50 3.80 ms against 4.79 on a quiet box (load 0.4; a synchronous client); on the
-box shared with other engineers' load (3-4), bench/batching.py put c1 at 1.52x the plain server against
-1.35x without it and c32 at 1.00x Triton's core against 1.09x: a parallel section waits for its slowest
-thread, and with other load one of the two often has no core. So it is off until measured on a quiet host.
+2 cores, one run each: c1 p50 3.80 ms against 4.79 on a quiet box (load 0.4; a synchronous client). On the
+box shared with other engineers' load, bench/batching.py (per-round medians) gave c1 1.52x the plain server
+against 1.35x without it and c32 1.00x Triton's core against 1.09x (load 3-4), then c1 1.67x against 1.86x
+and c32 0.97x the default's (load 2-4): a parallel section waits for its slowest thread, and with other load
+one of the two often has no core. So it is off until measured on a quiet host.
 
 Measured on 2 shared cores, one run each (bench/batching.py --variant, per-round medians; bench/noisy_model.py
 --direct-only), and not adopted:

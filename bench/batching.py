@@ -6,8 +6,10 @@ one run on the same ~50 MB ONNX MLP (256-3500-3500-10), closed-loop Triton async
 - hostd p50 at concurrency 1 <= 1.1x the plain per-request server's.
 
 The servers, all started here and all serving the whole run:
-- hostd, batching on (max batch 32, no queue delay) and, with --off, the same model with batching off; with
-  --one-slot, a second hostd with one execution slot: hostd's CPU plan (hostd/core/sizing.py) gives each of
+- hostd, batching on (max batch 32, no queue delay) and, with --off, the same model with batching off; each
+  --variant NAME:KEY=VALUE,... another hostd started with those environment variables (settings), measured in
+  the same rounds, so a setting is compared with the default under the same load; --one-slot is the variant
+  MMHOST_HOSTD_EXECUTION_SLOTS=1: hostd's CPU plan (hostd/core/sizing.py) gives each of
   min(cores, 4) slots cores // slots intra-op threads, so on 2 cores a lone request runs on one thread where the
   plain server's session uses both (batch 1 of this model: 6.7 ms on one thread, 4.1 ms on two, quiet box);
 - Triton's core: nvidia-pytriton's bundled tritonserver, dynamic batcher (max batch 32, no queue delay) in
@@ -20,7 +22,8 @@ Every round measures each concurrency on each server in turn (so load on the sha
 them alike: short windows, several rounds); the figures pool the rounds (throughput: the mean; percentiles: over all
 requests). Absolute figures vary with the machine and its load; the ratios are the result.
 
-    python bench/batching.py [--seconds 2] [--levels 1,32] [--rounds 4] [--off] [--one-slot] [--no-triton]"""
+    python bench/batching.py [--seconds 2] [--levels 1,32] [--rounds 4] [--off] [--one-slot] [--no-triton]
+                             [--variant NAME:KEY=VALUE[,KEY=VALUE] ...]"""
 
 from __future__ import annotations
 
@@ -125,6 +128,13 @@ def pooled(runs: list[dict], seconds: float) -> dict:
             "p99": float(np.percentile(arr, 99)), "errors": sum(r["errors"] for r in runs)}
 
 
+def per_round(runs: dict[tuple[str, int], list[dict]], a: str, b: str, c: int, key: str) -> str:
+    """The median over rounds of a's `key` / b's in the same round, and the range: on a shared machine a burst
+    of load in one round moves the pooled figures of the servers measured in it, not the same-round ratios."""
+    ratios = sorted(x[key] / y[key] for x, y in zip(runs[a, c], runs[b, c], strict=True))
+    return f"per-round median {float(np.median(ratios)):.3f}x ({ratios[0]:.3f}-{ratios[-1]:.3f})"
+
+
 def verdict(ok: bool) -> str:
     return "HOLDS" if ok else "MISSED"
 
@@ -138,7 +148,16 @@ def main() -> None:
     ap.add_argument("--no-triton", action="store_true", help="leave Triton's core out")
     ap.add_argument("--one-slot", action="store_true",
                     help="also a hostd with one execution slot (so, on CPU, every core's thread for one batch)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="also a hostd started with these environment variables (repeatable), e.g. "
+                         "1slot:MMHOST_HOSTD_EXECUTION_SLOTS=1")
     a = ap.parse_args()
+    variants: dict[str, dict[str, str]] = {}
+    if a.one_slot:
+        variants["hostd 1slot"] = {"MMHOST_HOSTD_EXECUTION_SLOTS": "1"}
+    for v in a.variant:
+        name, _, assigns = v.partition(":")
+        variants[name] = dict(kv.split("=", 1) for kv in assigns.split(",") if kv)
     levels = [int(c) for c in a.levels.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -154,15 +173,18 @@ def main() -> None:
               f"on {os.cpu_count()} cores", flush=True)
         procs: list[subprocess.Popen] = []
         servers: dict[str, tuple[str, str]] = {}  # column -> (address, model)
-        hostd = hostd1 = None
+        hostd = None
+        extra: list[subprocess.Popen] = []
         try:
             hostd, addr = start_hostd(str(t / "store"), t, "--preload")
             servers["hostd"] = (addr, "mlp_on")
             if a.off:
                 servers["hostd off"] = (addr, "mlp_off")
-            if a.one_slot:
-                hostd1, addr1 = start_hostd(str(t / "store"), t, "--preload", env={"MMHOST_HOSTD_EXECUTION_SLOTS": "1"})
-                servers["hostd 1slot"] = (addr1, "mlp_on")
+            for name, env in variants.items():
+                hv, vaddr = start_hostd(str(t / "store"), t, "--preload", env=env)
+                extra.append(hv)
+                servers[name] = (vaddr, "mlp_on")
+                print(f"{name}: hostd with {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
             triton_note = "left out (--no-triton)"
             if not a.no_triton:
                 tp, taddr = start_triton(model_file, t)
@@ -183,14 +205,14 @@ def main() -> None:
                     for name, (saddr, model) in servers.items():
                         r = asyncio.run(closed_loop(saddr, model, "input", x, c, a.seconds, keep_latencies=True))
                         runs.setdefault((name, c), []).append(r)
-                        print(f"  round {rnd + 1} c{c:<3} {name:<10} {r['rps']:7.0f} req/s  p50 {r['p50']:7.2f} ms  "
+                        print(f"  round {rnd + 1} c{c:<3} {name:<12} {r['rps']:7.0f} req/s  p50 {r['p50']:7.2f} ms  "
                               f"p99 {r['p99']:7.2f} ms" + (f"  errors {r['errors']}" if r["errors"] else ""), flush=True)
         finally:
             for p in procs:
                 stop_group(p)
-            for h in (hostd, hostd1):
-                if h is not None:
-                    stop(h)
+            for hp in [hostd, *extra]:
+                if hp is not None:
+                    stop(hp)
     res = {k: pooled(v, a.seconds) for k, v in runs.items()}
     names = list(servers)
     print()
@@ -210,7 +232,7 @@ def main() -> None:
             print(f"hostd throughput, concurrency 32: {h['rps']:.0f} req/s, p99 {h['p99']:.1f} ms; Triton's core "
                   f"{tr['rps']:.0f} req/s, p99 {tr['p99']:.1f} ms: {ratio:.3f}x (target >= {TARGET_C32_THROUGHPUT}x: "
                   f"{verdict(ratio >= TARGET_C32_THROUGHPUT)}), p99 {h['p99'] / tr['p99']:.3f}x of Triton's "
-                  f"(target <= 1.00x: {verdict(h['p99'] <= tr['p99'])})")
+                  f"(target <= 1.00x: {verdict(h['p99'] <= tr['p99'])}); throughput {per_round(runs, 'hostd', 'triton', 32, 'rps')}")
         else:
             print(f"hostd throughput, concurrency 32: {h['rps']:.0f} req/s, p99 {h['p99']:.1f} ms; Triton's core "
                   f"{triton_note}: target (>= {TARGET_C32_THROUGHPUT}x Triton's core) NOT EVALUATED")
@@ -220,12 +242,18 @@ def main() -> None:
         h, p = res["hostd", 1], res["plain", 1]
         ratio = h["p50"] / p["p50"]
         print(f"hostd p50, concurrency 1: {h['p50']:.2f} ms; plain per-request server {p['p50']:.2f} ms: {ratio:.3f}x "
-              f"(target <= {TARGET_C1_P50}x: {verdict(ratio <= TARGET_C1_P50)})")
+              f"(target <= {TARGET_C1_P50}x: {verdict(ratio <= TARGET_C1_P50)}); {per_round(runs, 'hostd', 'plain', 1, 'p50')}")
         if "triton" in servers:
             print(f"  (Triton's core at concurrency 1: p50 {res['triton', 1]['p50']:.2f} ms)")
-        if "hostd 1slot" in servers:
-            h1 = res["hostd 1slot", 1]
-            print(f"  (hostd with one execution slot: p50 {h1['p50']:.2f} ms, {h1['p50'] / p['p50']:.3f}x the plain server's)")
+        for name in variants:
+            h1 = res[name, 1]
+            print(f"  ({name}: p50 {h1['p50']:.2f} ms, {h1['p50'] / p['p50']:.3f}x the plain server's; "
+                  f"{per_round(runs, name, 'plain', 1, 'p50')})")
+    if 32 in levels and "triton" in servers:
+        for name in variants:
+            h1, tr = res[name, 32], res["triton", 32]
+            print(f"  ({name} at concurrency 32: {h1['rps']:.0f} req/s, {h1['rps'] / tr['rps']:.3f}x Triton's core, "
+                  f"p99 {h1['p99'] / tr['p99']:.3f}x of Triton's; {per_round(runs, name, 'triton', 32, 'rps')})")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from hostd.core.queue import ModelQueue
 from hostd.execution import ExecutionGate
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import LoadedModel
-from hostd.stats import ModelStats
+from hostd.stats import ModelStats, ewma
 from hostd.tensors import DecodedRequest
 
 
@@ -93,6 +93,7 @@ class ModelRunner:
         self._idle = asyncio.Event()
         self._idle.set()
         self._inline_depth = 0  # inside an inline batch (its finish may start the next one)
+        self._lone_s = 0.0  # recent compute seconds of batches of one request (the wide batches' bound)
         labels = (tenant, model)
         self._m_queue = metrics.queue_duration.labels(*labels)
         self._m_compute = metrics.compute_duration.labels(*labels)
@@ -113,6 +114,11 @@ class ModelRunner:
     @property
     def in_flight(self) -> int:
         return self.queue.inflight
+
+    @property
+    def can_run_wide(self) -> bool:
+        """The model has a session on every core for a lone batch of one request (hostd/core/dispatch.py)."""
+        return self._loaded.wide
 
     @property
     def busy(self) -> bool:
@@ -188,9 +194,9 @@ class ModelRunner:
         self._kick()
 
     def apply(self, started: list[tuple[int, ...]], expired: list[int], rejected: list[int],
-              wake_at: float | None, now: float) -> None:
+              wake_at: float | None, now: float, wide: tuple[int, ...] | None = None) -> None:
         """This runner's part of a dispatch step: fail what expired or timed out, start the batches the core
-        started, and plan again at `wake_at`."""
+        started (`wide`: the one to run on every core), and plan again at `wake_at`."""
         for seq in expired:
             self._fail(seq, DeadlineExceeded("deadline passed before the request could run", reason="deadline"))
         for seq in rejected:
@@ -199,14 +205,14 @@ class ModelRunner:
                 Unavailable("request timed out in the model's queue", reason="queue_timeout", retry_after_ms=self._retry_hint_ms()),
             )
         for seqs in started:
-            self._start(seqs, now)
+            self._start(seqs, now, seqs == wide)
         if wake_at is not None and not self._closed:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_later(max(0.0, wake_at - now), self._on_timer)
         self._changed()
 
-    def _start(self, seqs: tuple[int, ...], now: float) -> None:
+    def _start(self, seqs: tuple[int, ...], now: float, wide: bool = False) -> None:
         """The core started this batch (out of the queue, onto an executor): run it in a worker thread, or,
         for a model whose batches take microseconds, right here on the event loop."""
         items = [self._items.pop(s) for s in seqs]
@@ -219,7 +225,7 @@ class ModelRunner:
         self._record_queue(items, now)
         loop = asyncio.get_running_loop()
         try:
-            self._pool.submit(self._work, items, loop)
+            self._pool.submit(self._work, items, loop, wide)
         except RuntimeError as e:  # the pool is shut down: the batch fails, its slot is given back (next turn)
             loop.call_soon(self._finish, items, None, e)
 
@@ -247,8 +253,12 @@ class ModelRunner:
         finally:
             self._inline_depth -= 1
 
-    def cost_estimate(self) -> float:
-        """Estimated seconds of device time for a batch: the mean so far (the slots' fair share charges it)."""
+    def cost_estimate(self, requests: int = 0) -> float:
+        """Estimated seconds of device time for a batch: the mean so far (the slots' fair share charges it);
+        for one request of a model that can run wide, its recent batches of one request (the dispatch runs
+        such a batch wide only when short)."""
+        if requests == 1 and self._lone_s and self._loaded.wide:
+            return self._lone_s
         s = self._stats.compute_infer
         return (s.ns / s.count / 1e9) if s.count else 0.001
 
@@ -269,6 +279,8 @@ class ModelRunner:
                 t_out: int) -> None:
         rows = sum(it.request.rows for it in items)
         self._stats.record_batch(rows, t_in, t_run, t_out, len(items))
+        if len(items) == 1:
+            self._lone_s = ewma(self._lone_s, t_run / 1e9)
         self._m_compute.observe(t_run / 1e9)
         self._m_batch.observe(rows)
         for it, res in zip(items, results, strict=True):
@@ -283,12 +295,12 @@ class ModelRunner:
             if not it.future.done():
                 it.future.set_exception(err)
 
-    def _work(self, items: list[_Item], loop: asyncio.AbstractEventLoop) -> None:
+    def _work(self, items: list[_Item], loop: asyncio.AbstractEventLoop, wide: bool = False) -> None:
         """In a worker thread: run the batch, then hand the outcome to the event loop in one call (no asyncio
         task per batch, no concurrent future chained to an asyncio one: py-spy put that chain on every batch's
         way back to the loop)."""
         try:
-            outcome: tuple = (self._run_batch(items), None)
+            outcome: tuple = (self._run_batch(items, wide), None)
         except Exception as e:  # noqa: BLE001 - the model failed: every request in the batch gets the error
             outcome = (None, e)
         try:
@@ -310,13 +322,13 @@ class ModelRunner:
             self._gate.finish(self, len(items))  # frees the executor and the slot; starts what can start
             self._changed()
 
-    def _run_batch(self, items: list[_Item]) -> tuple[list[dict[str, np.ndarray]], int, int, int]:
-        """In a worker thread: merge, run once, split back by rows."""
+    def _run_batch(self, items: list[_Item], wide: bool = False) -> tuple[list[dict[str, np.ndarray]], int, int, int]:
+        """In a worker thread: merge, run once (`wide`: on every core), split back by rows."""
         reqs = [it.request for it in items]
         t0 = time.perf_counter_ns()
         inputs = merge_inputs(reqs)
         t1 = time.perf_counter_ns()
-        out = self._loaded.run(inputs, output_names(reqs))
+        out = (self._loaded.run_wide if wide else self._loaded.run)(inputs, output_names(reqs))
         t2 = time.perf_counter_ns()
         results = split_outputs(out, reqs, self.model)
         t3 = time.perf_counter_ns()

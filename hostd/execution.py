@@ -1,7 +1,7 @@
 """The asyncio shell over the host's batch dispatch (hostd/core/dispatch.py: every model's queue and the
 host's execution slots, granted fairly across tenants). Runners register here; a runner's kick or finished
 batch asks the core for a step, and this shell hands each runner its part (batches to start, requests that
-expired or timed out, when to plan again). Slot waits go to a metric."""
+expired or timed out, when to plan again, which batch runs wide). Slot waits go to a metric."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ class ExecutionGate:
     def __init__(self, slots: float, weight: Callable[[str], float] = lambda tenant: 1.0,
                  clock: Callable[[], float] = time.monotonic,
                  on_wait: Callable[[str, float], None] | None = None, *, per_model: int = 0,
-                 unit: FairUnit = "tenant") -> None:
+                 unit: FairUnit = "tenant", wide_max_s: float = 0.0) -> None:
         """`slots`: batches running at once on the host (math.inf: no host-wide limit); `per_model`: slots
-        one model may hold (0 = all but one); `unit`: the fairness unit (hostd.sched_policy)."""
+        one model may hold (0 = all but one); `unit`: the fairness unit (hostd.sched_policy); `wide_max_s`:
+        the longest estimated lone batch of one request that runs wide, on every core (0: none;
+        hostd/core/dispatch.py)."""
         self.core = Dispatcher(ExecutionSlots(slots, weight, per_model=per_model, unit=unit),
-                               lambda runner, n: runner.cost_estimate())
+                               lambda runner, n: runner.cost_estimate(n), wide_max_s)
         self._clock = clock
         self._on_wait = on_wait
 
@@ -48,7 +50,7 @@ class ExecutionGate:
         return self.core.slots.waiting
 
     def add(self, runner: ModelRunner) -> None:
-        self.core.add(runner, runner.queue, runner.tenant)
+        self.core.add(runner, runner.queue, runner.tenant, runner.can_run_wide)
 
     def remove(self, runner: ModelRunner) -> None:
         self.core.remove(runner)
@@ -75,4 +77,4 @@ class ExecutionGate:
         for r in step.wake:
             parts.setdefault(r, ([], [], []))
         for r, (started, expired, rejected) in parts.items():
-            r.apply(started, expired, rejected, step.wake.get(r), now)
+            r.apply(started, expired, rejected, step.wake.get(r), now, step.wide.get(r))

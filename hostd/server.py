@@ -39,7 +39,7 @@ from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
 from hostd.metrics import HostdMetrics
 from hostd.runtimes.base import DeviceSpec
-from hostd.core.sizing import ExecutionPlan, plan_execution
+from hostd.core.sizing import WIDE_MAX_S, ExecutionPlan, plan_execution
 from hostd.runtimes.registry import prepare_runtime
 from hostd.servicer import InferenceServicer
 from ground.manifest import ModelFormat
@@ -62,7 +62,7 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
     plan = execution_plan(settings, kind)
     # the plan's threads: the settings, lowered when slots x threads would oversubscribe the cores
     return DeviceSpec(kind=kind, ort_intra_op_threads=plan.threads, ort_spinning=settings.ort_spinning,
-                      torch_threads=plan.threads)
+                      torch_threads=plan.threads, ort_wide_threads=plan.wide)
 
 
 def lower_thread_priority(nice: int) -> None:
@@ -77,7 +77,7 @@ def lower_thread_priority(nice: int) -> None:
 def execution_plan(settings: HostdSettings, kind: str) -> ExecutionPlan:
     """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py)."""
     threads = settings.ort_intra_op_threads or settings.torch_threads
-    return plan_execution(os.cpu_count() or 1, kind, settings.execution_slots, threads)
+    return plan_execution(os.cpu_count() or 1, kind, settings.execution_slots, threads, settings.wide_lone_batches)
 
 
 class Hostd:
@@ -117,6 +117,7 @@ class Hostd:
             plan.slots, self.tenants.weight,
             on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),
             per_model=settings.execution_slots_per_model, unit=settings.fair_unit,
+            wide_max_s=WIDE_MAX_S if plan.wide else 0.0,
         )
         # the disk tier's writes and saved graphs run in the background at the lowest priority: on a busy
         # host they wait, rather than slow the loads and requests that follow a cold load

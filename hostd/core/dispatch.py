@@ -4,6 +4,13 @@ plan a model's queue; a batch that may run asks for a slot (for its model: the s
 models, and share by tenant, then model); when a slot is granted, the batch is formed then (it may have grown
 while waiting) and started; a finished batch frees its executor and its slot.
 
+A wide batch: a batch of one request of a model that can run wide, started while no other batch runs on
+the host, no model waits for a slot and no request waits in its own queue (requests queued behind it mean
+the event loop is busy taking them in, and would lose its core to a wide batch), and estimated by the cost
+function at `wide_max_s` or less, also borrows every free slot until it finishes; the shell runs it on every
+core (hostd: a second session of the model, hostd/core/sizing.py). So the slots still bound the cores in
+use, and another model's work that arrives meanwhile waits for that one short batch.
+
 Plan -> execute -> commit: `kick` and `finish` return a Step (batches started, requests expired or
 rejected, when to plan again, slot waits); the shell executes it (hostd: worker threads and futures; sim:
 the cost model on the virtual clock) and calls `finish` when a batch is done. No clock: pass `now`.
@@ -28,6 +35,7 @@ class Step:
     rejected: list[tuple[Hashable, int]] = field(default_factory=list)  # (model, seq): queue timeout passed
     wake: dict[Hashable, float] = field(default_factory=dict)  # model -> plan it again at this time
     waits: list[tuple[str, float]] = field(default_factory=list)  # (tenant, seconds waited for a slot)
+    wide: dict[Hashable, tuple[int, ...]] = field(default_factory=dict)  # model -> its started batch to run wide
 
 
 @dataclass
@@ -36,17 +44,22 @@ class _Entry:
     tenant: str
     asking: int | None = None  # the slot request in flight
     removed: bool = False  # left the host; kept until its running batches finish
+    wide: bool = False  # its lone batches of one request may run wide
 
 
 class Dispatcher:
-    def __init__(self, slots: ExecutionSlots, cost: Cost) -> None:
+    def __init__(self, slots: ExecutionSlots, cost: Cost, wide_max_s: float = 0.0) -> None:
+        """`wide_max_s`: the longest estimated batch that may run wide (0: none)."""
         self.slots = slots
         self._cost = cost
+        self._wide_max_s = wide_max_s
         self._models: dict[Hashable, _Entry] = {}
         self._asking: dict[int, Hashable] = {}  # slot token -> model
+        self._borrowed: tuple[Hashable, int] | None = None  # the running wide batch's model, extra slots
 
-    def add(self, model: Hashable, queue: ModelQueue, tenant: str) -> None:
-        self._models[model] = _Entry(queue, tenant)
+    def add(self, model: Hashable, queue: ModelQueue, tenant: str, wide: bool = False) -> None:
+        """`wide`: the model's lone batches of one request may run wide (its shell can run them so)."""
+        self._models[model] = _Entry(queue, tenant, wide=wide)
 
     def remove(self, model: Hashable) -> None:
         """The model leaves (unloaded): its slot request, if any, is withdrawn; nothing more starts for it,
@@ -76,6 +89,10 @@ class Dispatcher:
         if e.removed and e.queue.inflight == 0:
             del self._models[model]
         self.slots.release(model)
+        if self._borrowed is not None and self._borrowed[0] == model:  # while it ran, nothing else did
+            for _ in range(self._borrowed[1]):
+                self.slots.release(model)
+            self._borrowed = None
         self._grant(now, step)
         self._kick(model, now, step)
         return step
@@ -129,3 +146,13 @@ class Dispatcher:
             return
         q.start(d.run)
         step.started.append((model, d.run))
+        if self._wide_max_s > 0 and e.wide and len(d.run) == 1 and not q.pending and self._alone() \
+                and self._cost(model, 1) <= self._wide_max_s:
+            self._borrowed = (model, self.slots.borrow(model))
+            step.wide[model] = d.run
+
+    def _alone(self) -> bool:
+        """The batch just granted is the only one running on the host (it holds the one slot taken), and no
+        model waits for a slot."""
+        s = self.slots
+        return s.slots != float("inf") and s.slots >= 2 and s.free == s.slots - 1 and not s.waiting

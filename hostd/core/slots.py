@@ -74,6 +74,15 @@ class ExecutionSlots:
             self.policy.forget_idle()
         return out
 
+    def borrow(self, model: Hashable = None) -> int:
+        """Every free slot to `model`, for the batch it runs alone on the host (core/dispatch.py: a wide
+        batch); returns how many; each goes back with a `release`."""
+        n = int(self.free) if self.free != float("inf") else 0
+        if n > 0:
+            self.free -= n
+            self._held[model] = self._held.get(model, 0) + n
+        return n
+
     def release(self, model: Hashable = None) -> None:
         """A batch of `model` finished (or its granted slot was not used): the slot is free again."""
         self.free += 1

@@ -25,6 +25,7 @@ class DeviceSpec:
     index: int = 0
     ort_intra_op_threads: int = 0
     ort_spinning: bool = False
+    ort_wide_threads: int = 0  # intra-op threads of a model's second session for lone batches (0: none)
     torch_threads: int = 0
 
     @property
@@ -58,9 +59,14 @@ class LoadedModel(abc.ABC):
     # bytes of the source the model goes on reading from after the load (weights used in place); the loader
     # counts them as the model's own unless a cache tier already does
     kept_bytes: int = 0
+    wide: bool = False  # run_wide uses every core (a second session); else it is run
 
     @abc.abstractmethod
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+    def run_wide(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """A lone batch while nothing else runs on the host (hostd/core/dispatch.py): on every core."""
+        return self.run(inputs, outputs)
 
     @abc.abstractmethod
     def close(self) -> None:

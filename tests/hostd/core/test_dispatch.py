@@ -103,3 +103,52 @@ def test_light_model_never_waits_behind_more_than_one_noisy_batch():
     # the old order (every slot to one model, arrival order within the tenant) starts the backlog's waiting
     # batch first: the light request waits for a running batch AND a whole new one; the measure sees it
     assert _light_beside_noisy(per_model=2, unit="tenant") == 1
+
+
+def _wide_host(wide: bool = True, cost: float = 0.001) -> tuple[Dispatcher, dict[str, ModelQueue]]:
+    d = Dispatcher(ExecutionSlots(2), cost=lambda model, n: cost, wide_max_s=0.005)
+    queues = {}
+    for model, tenant in (("big", "a"), ("light", "b")):
+        queues[model] = ModelQueue(BatchConfig(max_batch_size=8), 2)
+        d.add(model, queues[model], tenant, wide=wide)
+    return d, queues
+
+
+def test_a_lone_batch_of_one_request_runs_wide_and_holds_every_slot_until_it_ends():
+    d, q = _wide_host()
+    q["big"].add(Pending(seq=1, arrival=0.0))
+    step = d.kick("big", 0.0)
+    assert step.started == [("big", (1,))] and step.wide == {"big": (1,)}
+    assert d.slots.free == 0  # the idle slot is borrowed: no other batch shares the cores
+    q["light"].add(Pending(seq=2, arrival=0.001))
+    assert d.kick("light", 0.001).started == []  # waits for that one short batch
+    step = d.finish("big", 1, 0.002)
+    assert step.started == [("light", (2,))] and step.wide == {"light": (2,)}  # alone again: wide too
+    d.finish("light", 1, 0.003)
+    assert d.slots.free == 2 and d.slots.held("big") == 0 and d.slots.held("light") == 0
+
+
+def test_no_wide_batch_beside_another_batch_nor_for_two_requests_nor_past_the_cost_bound():
+    d, q = _wide_host()
+    q["big"].add(Pending(seq=1, arrival=0.0))
+    q["big"].add(Pending(seq=2, arrival=0.0))
+    step = d.kick("big", 0.0)
+    assert step.started == [("big", (1, 2))] and step.wide == {}  # a batch of two requests: on its slot
+    q["light"].add(Pending(seq=3, arrival=0.0))
+    step = d.kick("light", 0.0)
+    assert step.started == [("light", (3,))] and step.wide == {}  # another batch runs: its own slot only
+    for wide, cost in ((False, 0.001), (True, 0.01)):  # a model that cannot, or a batch too long to hold all
+        d, q = _wide_host(wide, cost)
+        q["big"].add(Pending(seq=1, arrival=0.0))
+        step = d.kick("big", 0.0)
+        assert step.started == [("big", (1,))] and step.wide == {} and d.slots.free == 1
+
+
+def test_no_wide_batch_while_requests_wait_behind_it():
+    d, q = _wide_host()
+    q["big"] = ModelQueue(BatchConfig(max_batch_size=1), 2)  # one request per batch: the rest wait
+    d.add("big", q["big"], "a", wide=True)
+    q["big"].add(Pending(seq=1, arrival=0.0))
+    q["big"].add(Pending(seq=2, arrival=0.0))
+    step = d.kick("big", 0.0)
+    assert step.started == [("big", (1,))] and step.wide == {}

@@ -30,3 +30,12 @@ def test_gpu_slots_and_one_feeding_thread():
     p = plan_execution(2, "cuda")
     assert (p.slots, p.threads) == (GPU_SLOTS, 1)
     assert plan_execution(2, "cuda", slots=8, threads=2).slots == 8
+
+
+def test_a_lone_batch_may_use_every_core_where_a_slot_has_fewer():
+    assert all(plan_execution(n, wide=True).wide == n for n in (2, 16, 64))
+    assert plan_execution(2).wide == 0  # off unless asked (wide_lone_batches)
+    assert plan_execution(1, wide=True).wide == 0  # one slot has every core already
+    assert plan_execution(4, slots=1, wide=True).wide == 0
+    assert plan_execution(2, slots=2, threads=2, wide=True).wide == 0  # lowered settings: left as they are
+    assert plan_execution(2, "cuda", wide=True).wide == 0

@@ -1,0 +1,94 @@
+"""A lone batch of one request runs on every core (hostd/core/sizing.py): the ONNX runtime's second session
+reads the same weights in place and answers as the first; the runner runs the batch the dispatch marks wide
+on it, and every other batch on the plan's session."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from hostd.batch_policy import BatchConfig
+from hostd.batcher import ModelRunner, QueueLimits
+from hostd.execution import ExecutionGate
+from hostd.metrics import HostdMetrics
+from hostd.runtimes import onnx as onnx_rt
+from hostd.runtimes.base import DeviceSpec, LoadedModel
+from hostd.stats import ModelStats
+from hostd.tensors import DecodedRequest
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest
+
+WIDE = DeviceSpec(ort_intra_op_threads=1, ort_wide_threads=2)
+
+
+def test_the_wide_session_reads_the_weights_in_place_and_answers_as_the_plan_s(tmp_path):
+    src = tmp_path / "m.onnx"
+    build_onnx_mlp(src, (16, 64, 4))
+    manifest = onnx_manifest("acme", "m", "1", src, "model.onnx")
+    buf = bytearray(src.read_bytes())
+    split = onnx_rt.split_model(memoryview(buf))
+    assert split is not None
+    m = onnx_rt.OnnxModel(split[0], manifest, WIDE)
+    x = {"input": np.random.default_rng(0).random((1, 16), dtype=np.float32)}
+    assert m.wide and np.allclose(m.run_wide(x, [])["output"], m.run(x, [])["output"])
+    # weights it would copy (the file itself), or a plan with every core per slot already: no second session
+    assert not onnx_rt.OnnxModel(src.read_bytes(), manifest, WIDE).wide
+    assert not onnx_rt.OnnxModel(src, manifest, WIDE).wide
+    assert not onnx_rt.OnnxModel(split[0], manifest, DeviceSpec(ort_intra_op_threads=2, ort_wide_threads=2)).wide
+
+
+class Where(LoadedModel):
+    """Records which session each batch ran on; each run waits for `release`, so that requests sent meanwhile
+    queue up and run together."""
+
+    wide = True
+
+    def __init__(self) -> None:
+        self.device = DeviceSpec(kind="cpu")
+        self.ran: list[tuple[str, int]] = []
+        self.release = threading.Event()
+
+    def run(self, inputs, outputs):
+        self.release.wait(5)
+        self.ran.append(("plan", int(inputs["x"].shape[0])))
+        return {"y": inputs["x"]}
+
+    def run_wide(self, inputs, outputs):
+        self.release.wait(5)
+        self.ran.append(("wide", int(inputs["x"].shape[0])))
+        return {"y": inputs["x"]}
+
+    def close(self) -> None:
+        pass
+
+
+def _req(rows: int = 1) -> DecodedRequest:
+    return DecodedRequest(inputs={"x": np.ones((rows, 2), np.float32)}, outputs=["y"], raw=True, rows=rows,
+                          shape_key=(), nbytes=8 * rows)
+
+
+def test_the_runner_runs_a_lone_request_wide_and_a_batch_of_several_on_the_plan(monkeypatch):
+    model = Where()
+
+    async def main(wide_max_s: float):
+        gate = ExecutionGate(2, wide_max_s=wide_max_s)
+        with ThreadPoolExecutor(2) as pool:
+            r = ModelRunner(tenant="t", model="m", loaded=model, config=BatchConfig(max_batch_size=8),
+                            limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
+                            metrics=HostdMetrics(), gate=gate)
+            model.release.clear()
+            first = asyncio.ensure_future(r.infer(_req()))  # alone on the host: wide
+            await asyncio.sleep(0.05)  # it is running (held in the worker thread)
+            rest = [asyncio.ensure_future(r.infer(_req(2))) for _ in range(2)]  # queue behind it: one batch
+            await asyncio.sleep(0.05)
+            model.release.set()
+            await asyncio.gather(first, *rest)
+            await r.infer(_req(3))  # alone again, but its batches measured ~50 ms: past the bound, on the plan
+            await asyncio.wait_for(r.wait_idle(), 5)
+            return gate.free
+
+    assert asyncio.run(main(0.005)) == 2 and model.ran == [("wide", 1), ("plan", 4), ("plan", 3)]
+    model.ran.clear()
+    assert asyncio.run(main(0.0)) == 2 and all(w == "plan" for w, _ in model.ran)  # no wide batches

@@ -23,9 +23,14 @@ RUN /opt/mmhost/bin/pip install --index-url https://download.pytorch.org/whl/cpu
  && /opt/mmhost/bin/pip install ".[cpu,torch]" \
  && /opt/mmhost/bin/mmhost --help > /dev/null
 
-# ---- runtime: the interpreter and the venv, nothing else (no pip install, no compilers) -----------------------------
+# ---- runtime: the interpreter, the venv and HAProxy, nothing else (no pip install, no compilers) -------------------
 FROM ${PYTHON_IMAGE}
-RUN groupadd --system --gid 10001 mmhost \
+# HAProxy: the router's fast lane (fast_lane=haproxy, docs/fast-lane.md); unused unless a router turns it on.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends haproxy \
+ && rm -rf /var/lib/apt/lists/* \
+ && haproxy -v > /dev/null \
+ && groupadd --system --gid 10001 mmhost \
  && useradd --system --uid 10001 --gid mmhost --home-dir /home/mmhost --create-home mmhost \
  && mkdir -p /var/cache/mmhost && chown mmhost:mmhost /var/cache/mmhost
 COPY --from=build /opt/mmhost /opt/mmhost

@@ -317,7 +317,7 @@ class RouterSettings(BaseSettings):
     fast_lane: Literal["off", "haproxy"] = Field(
         "off", description="haproxy: HAProxy serves listen and forwards ModelInfer for unlimited tenants' READY models "
         "straight to the host, with no Python per request; everything else reaches this router through it "
-        "(router/fastlane.py, docs/fast-lane.md). Plaintext on both sides in this version")
+        "(router/fastlane.py, docs/fast-lane.md); tenant TLS and mutual TLS to hostds as configured below")
     fast_lane_binary: str = Field("", description="the haproxy executable (2.6 or later); '' = haproxy on PATH")
     fast_lane_buffer_bytes: int = Field(
         65536, ge=16384, le=1 << 24, description="HAProxy's buffer: a ModelInfer body must fit whole to take the fast "

@@ -14,7 +14,9 @@ What changes for a tenant on the fast lane (docs/fast-lane.md): a host's retryab
 router withdraws a draining host's routes at its next refresh); a host that stops answering is skipped by
 HAProxy's health checks (TCP, every fast_lane_check_interval_s) and a request whose connection fails is
 retried on another up host; the router's deadline-feasibility check and per-router byte budget are not
-applied (the body is at most fast_lane_buffer_bytes, held by HAProxy, bounded by its maxconn).
+applied (the body is at most fast_lane_buffer_bytes, held by HAProxy, bounded by its maxconn). TLS: HAProxy
+terminates the tenants' TLS (tls_cert/tls_key) and calls hostds with the router's client certificate
+(hostd_ca, hostd_client_cert/key), verifying hostd_tls_name.
 """
 
 from __future__ import annotations
@@ -59,7 +61,12 @@ def haproxy_binary(configured: str = "") -> str:
 class FastLane:
     def __init__(self, *, listen: str, router: str, binary: str = "", buffer_bytes: int = 65536, maxconn: int = 4096,
                  check_interval_s: float = 1.0, max_hosts: int = 64,
+                 listen_tls: tuple[str, str] | None = None, hostd_tls: tuple[str, str, str, str] | None = None,
                  on_records: Callable[[list[FastRecord]], None]) -> None:
+        """`listen_tls`: (certificate, key) tenants see on `listen`; `hostd_tls`: (CA, client certificate,
+        client key, the name hostd certificates carry) for mutual TLS to hostds. HAProxy wants a certificate
+        and its key in one file: both are copied into the private directory (0600), once, at start (a rotated
+        certificate reaches HAProxy when the router restarts)."""
         self.binary = haproxy_binary(binary)
         # HAProxy's log lines: UDP on loopback, not a unix datagram socket, whose queue is capped at
         # net.unix.max_dgram_qlen datagrams (10 on this kind of machine: lines were lost at 400 requests/s)
@@ -68,11 +75,14 @@ class FastLane:
         self._log_sock.bind(("127.0.0.1", 0))
         log_target = f"127.0.0.1:{self._log_sock.getsockname()[1]}"
         self.dir = Path(tempfile.mkdtemp(prefix="mmhost-fastlane-"))  # 0700: the admin socket lives here
+        listen_pem = self._pem("listen.pem", *listen_tls) if listen_tls else ""
+        upstream = (hostd_tls[0], self._pem("hostd-client.pem", hostd_tls[1], hostd_tls[2]), hostd_tls[3]) \
+            if hostd_tls else None
         self.cfg = FastLaneConfig(listen=listen, router=router, admin_socket=str(self.dir / "admin.sock"),
                                   log_target=log_target,
                                   keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
                                   buffer_bytes=buffer_bytes, maxconn=maxconn, check_interval_s=check_interval_s,
-                                  max_hosts=max_hosts)
+                                  max_hosts=max_hosts, listen_pem=listen_pem, hostd_tls=upstream)
         self.on_records = on_records
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -80,6 +90,13 @@ class FastLane:
         self._lock = asyncio.Lock()
         self.restarts = 0
         self._reset_applied()
+
+    def _pem(self, name: str, cert: str, key: str) -> str:
+        path = self.dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(Path(cert).read_text().rstrip("\n") + "\n" + Path(key).read_text())
+        return str(path)
 
     def _reset_applied(self) -> None:
         self.servers: dict[str, str] = {}  # address -> its server slot, every host given one (enabled or not)

@@ -69,6 +69,8 @@ class FastLaneConfig:
     check_interval_s: float = 1.0  # TCP health checks of each host
     stream_timeout_s: int = 3600  # HAProxy's client/server inactivity limit; deadlines are the callers' (grpc-timeout)
     max_hosts: int = 64  # server slots in backend `hosts`; hosts past them are served by the Python lane only
+    listen_pem: str = ""  # tenant TLS on listen: certificate + key in one file ('' = plaintext)
+    hostd_tls: tuple[str, str, str] | None = None  # mutual TLS to hostds: (CA file, client cert + key file, name)
 
 
 # HAProxy's own refusal when no host is up: UNAVAILABLE no_host, as the Python lane says it
@@ -85,8 +87,14 @@ def render_config(c: FastLaneConfig) -> str:
     until the router gives one a host's address at run time (`slot_commands`). Why slots and not HAProxy's
     dynamic servers (`add server`): measured side by side, a dynamic server cost twice the CPU per request, in
     HAProxy and in hostd alike (small model, c16: HAProxy 303 vs 146 us, hostd 1159 vs 665 us)."""
+    tls = ""
+    if c.hostd_tls is not None:  # verified against the one name every hostd certificate carries (hostd_tls_name)
+        ca, pem, name = c.hostd_tls
+        tls = (f" ssl verify required ca-file {ca} crt {pem} verifyhost {name} sni str({name}) alpn h2 "
+               f"check-sni {name} check-alpn h2")
     slots = "".join(f"    server {slot_name(i)} 127.0.0.1:1 proto h2 disabled check inter {_ms(c.check_interval_s)} "
-                    "fall 2 rise 1\n" for i in range(c.max_hosts))
+                    f"fall 2 rise 1{tls}\n" for i in range(c.max_hosts))
+    bind = f"{c.listen} ssl crt {c.listen_pem} alpn h2" if c.listen_pem else f"{c.listen} proto h2"
     return f"""# written by the mmhost router at start (router/fastlane_config.py); do not edit
 global
     nbthread {c.threads}
@@ -103,7 +111,7 @@ defaults
     timeout server {c.stream_timeout_s}s
     timeout http-request 30s
 frontend tenants
-    bind {c.listen} proto h2
+    bind {bind}
     option http-buffer-request
     acl infer path {INFER_PATH}
     acl bearer req.hdr(authorization),word(1,' '),lower -m str bearer

@@ -72,9 +72,9 @@ class Router:
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
         self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
         if s.fast_lane == "haproxy":
-            if self.creds is not None or hostd_tls is not None:
-                raise SystemExit("router: fast_lane=haproxy serves plaintext on both sides in this version: terminate "
-                                 "tenant TLS in front of it (the Gateway) and leave hostd_ca unset, or set fast_lane=off")
+            if s.tls_client_ca is not None and not s.tls_client_listen:
+                raise SystemExit("router: fast_lane=haproxy takes API keys on listen: tenant client certificates "
+                                 "need their own port (tls_client_listen), served by this router")
             if s.listen.rsplit(":", 1)[-1] in ("", "0"):
                 raise SystemExit("router: fast_lane=haproxy needs a fixed port in listen (HAProxy binds it)")
             self.metrics.fast_lane_mode()
@@ -259,8 +259,8 @@ class Router:
             names += (UPLOADS_SERVICE,)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(names, self.server)
-        own = "127.0.0.1:0" if s.fast_lane == "haproxy" else s.listen  # behind HAProxy: loopback only
-        self.port = tls.add_port(self.server, own, self.creds)
+        own = "127.0.0.1:0" if s.fast_lane == "haproxy" else s.listen  # behind HAProxy: loopback only, plaintext
+        self.port = tls.add_port(self.server, own, None if s.fast_lane == "haproxy" else self.creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {own}")
         if s.fast_lane == "haproxy":
@@ -268,13 +268,18 @@ class Router:
                 self.fastlane = FastLane(listen=s.listen, router=f"127.0.0.1:{self.port}", binary=s.fast_lane_binary,
                                          buffer_bytes=s.fast_lane_buffer_bytes, maxconn=s.fast_lane_maxconn,
                                          check_interval_s=s.fast_lane_check_interval_s,
-                                         max_hosts=s.fast_lane_max_hosts, on_records=self._fast_records)
+                                         max_hosts=s.fast_lane_max_hosts, on_records=self._fast_records,
+                                         listen_tls=(str(s.tls_cert), str(s.tls_key)) if self.creds else None,
+                                         hostd_tls=(str(s.hostd_ca), str(s.hostd_client_cert), str(s.hostd_client_key),
+                                                    s.hostd_tls_name) if s.hostd_ca else None)
             except FastLaneError as e:
                 raise SystemExit(f"router: {e}") from None
             self.internal_port, self.port = self.port, int(s.listen.rsplit(":", 1)[1])
         if self.cert_creds is not None:
             self.cert_port = tls.add_port(self.server, s.tls_client_listen, self.cert_creds)
         if s.health_port:
+            # grpc's HealthServicer starts with "" SERVING: NOT_SERVING until start() is done (set at its end)
+            await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
             self.health_server, _ = tls.health_only_server(self.health, s.listen.rsplit(":", 1)[0], s.health_port)
             await self.health_server.start()
         for what, fn in (("hosts", self.refresh_hosts), ("tenants", self.refresh_tenants)):

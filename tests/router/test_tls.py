@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 
 import grpc
@@ -254,3 +255,48 @@ def test_without_a_second_port_the_tenant_port_requires_a_certificate(pki):
 
     asyncio.run(main())
     assert tls.router_client_cert_credentials(s) is None
+
+
+def test_the_fast_lane_serves_over_tls_with_mutual_tls_to_hostds(pki, tmp_path):
+    """fast_lane=haproxy in the perimeter: HAProxy terminates the tenants' TLS on listen and calls the hostd with
+    the router's client certificate (mutual TLS), verifying the hostd by its TLS name; the call is served fast."""
+    from tests.hostd_proc import metric_value
+
+    store = tmp_path / "store"
+    seed_store(store)
+    keys = {"demo": FileTenants(tmp_path / "tenants.json").create("demo")}
+    hp = free_port()
+    h = HostdProc(str(store), tmp_path, env=mtls_env(pki, hp), health_port=hp, channel_credentials=router_creds(pki),
+                  channel_options=tls.target_name_options())
+    rhp = free_port()
+    env = {"MMHOST_ROUTER_PLAINTEXT": "false", "MMHOST_ROUTER_TLS_CERT": str(pki / "router.pem"),
+           "MMHOST_ROUTER_TLS_KEY": str(pki / "router-key.pem"), "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
+           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_FAST_LANE": "haproxy"}
+    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
+                              "--refresh-interval", "0.2"], env, health_port=rhp,
+                   channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    try:
+        md = auth(keys["demo"])
+
+        def fast() -> float:
+            return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
+
+        def served_fast() -> bool:
+            n = fast()
+            out = r.stub.ModelInfer(infer_req("mlp"), metadata=md, timeout=30)
+            assert out.outputs[0].name
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                if fast() > n:
+                    return True
+                time.sleep(0.05)
+            return False
+
+        wait_until(served_fast, timeout=20, what="a call over TLS on the fast lane")
+        plain = grpc_service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(r.addr))
+        assert code_of(lambda: plain.ModelInfer(infer_req("mlp"), metadata=md, timeout=5)) is C.UNAVAILABLE
+    finally:
+        r.stop()
+        h.stop()

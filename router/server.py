@@ -189,11 +189,15 @@ class Router:
         fl = self.fastlane
         if fl is None:
             return
-        if await fl.ensure_running():
-            self.metrics.fast_lane_restarts.inc()
-        keys = self.keys.hashes()
-        fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
-        await fl.sync(self.cluster.eligible(), keys, fast)
+        try:
+            if await fl.ensure_running():
+                self.metrics.fast_lane_restarts.inc()
+            keys = self.keys.hashes()
+            fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
+            await fl.sync(self.cluster.eligible(), keys, fast)
+        except Exception:  # not running, or not taking its state: 0 (alert MmhostFastLaneDown); logged by _every
+            self.metrics.fast_lane_up.set(0)
+            raise
         self.metrics.fast_lane_up.set(1 if fl.up else 0)
         self.metrics.fast_lane_routes.set(len(fl.routes))
         self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())

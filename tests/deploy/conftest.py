@@ -77,6 +77,7 @@ def exported() -> dict[str, set[str]]:
     names: dict[str, set[str]] = {}
     router = RouterMetrics()
     router.redis_mode()  # the series a router in Redis mode adds
+    router.fast_lane_mode()  # and one with fast_lane=haproxy
     for holder in (HostdMetrics(), router):
         labels = {m._name: set(m._labelnames) for m in _metric_objects(holder)}
         families = list(holder.registry.collect())

@@ -21,7 +21,9 @@ What it drives, and the alerts that must go pending and then firing (Prometheus'
   killed -> MmhostNoEligibleHost; the router killed -> MmhostRouterDown.
 Not created here: MmhostCacheHitRateCollapse (a hit rate that halves against an hour ago: a minute of steady
 hits, then a collapse, would double the run), MmhostMemoryPressure (device memory held over the high watermark by models
-in use, whose measured size on CPU is not predictable enough to hold it there); promtool tests cover them."""
+in use, whose measured size on CPU is not predictable enough to hold it there), MmhostFastLaneDown (this
+cluster's router runs without the fast lane; tests/router/test_fast_lane.py kills a router's HAProxy and sees
+it come back); promtool tests cover them."""
 
 from __future__ import annotations
 

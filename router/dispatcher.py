@@ -97,6 +97,20 @@ class Dispatcher:
                 self.local.end(key, p.host)
         raise last or Unavailable("no host is available", retry_after_ms=500)  # unreachable: the loop raises
 
+    def replicate_if_hot(self, tenant: str, model: str, now: float) -> str | None:
+        """For calls that never pass through `forward` (the fast lane, router/fastlane.py): the same placement
+        rule, asked once per refresh, starts another copy of a hot model (every READY copy has hot_queue_depth
+        requests outstanding in the hosts' view) where `forward` would. Returns the host it loads on, or None.
+        Records no request (the model's local rate is the Python lane's alone)."""
+        key = model_key(tenant, model)
+        p = place(key, self.cluster.eligible(), now, local_inflight=self.local.inflight_for(key),
+                  pending=self.local.pending_for(key), size_bytes=self.cluster.size_of(key),
+                  draws=(self.rng.random(), self.rng.random()), cfg=self.pcfg)
+        if p.replicate_to is None:
+            return None
+        self._replicate(tenant, model, "", key, p.replicate_to, now)
+        return p.replicate_to
+
     def _host_down(self, key: str, host: str, e: HostError) -> None:
         self.local.forget_load(key, host)
         if self.cluster.mark_down(host):

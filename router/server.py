@@ -200,6 +200,11 @@ class Router:
             raise
         self.metrics.fast_lane_up.set(1 if fl.up else 0)
         self.metrics.fast_lane_routes.set(len(fl.routes))
+        now = self.clock()
+        for rk in fl.routes:  # hot models the fast lane serves get their extra copies as on the Python lane
+            tenant, model, version = rk.split("/", 2)
+            if not version:  # one decision per model: its latest's route
+                self.dispatcher.replicate_if_hot(tenant, model, now)
         self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
 
     def _fast_records(self, recs: list[FastRecord]) -> None:

@@ -266,6 +266,29 @@ def test_a_hot_model_gets_another_copy_without_the_request_waiting():
     assert metric(d, "mmhost_router_replications_total") == 1
 
 
+def test_a_hot_model_served_elsewhere_gets_another_copy_when_asked():
+    """The fast lane's calls never pass through forward: its sync asks replicate_if_hot, the same rule."""
+    clock = FakeClock()
+    hosts = FakeHosts(clock)
+    cold = cluster_of(status("h1:1", models=(("acme", "m", "READY"),), queue_depth=1), status("h2:1"))
+    d = dispatcher(clock, hosts, cold, placement=PlacementConfig(hot_queue_depth=2))
+    assert d.replicate_if_hot("acme", "m", clock()) is None  # not hot: nothing loaded
+    hot = cluster_of(status("h1:1", models=(("acme", "m", "READY"),), queue_depth=3), status("h2:1"))
+    d = dispatcher(clock, hosts, hot, placement=PlacementConfig(hot_queue_depth=2))
+
+    async def go():
+        first = d.replicate_if_hot("acme", "m", clock())
+        again = d.replicate_if_hot("acme", "m", clock())  # the copy is loading: not a second one
+        await asyncio.gather(*list(d.background))
+        return first, again
+
+    assert asyncio.run(go()) == ("h2:1", None)
+    loads = [c for c in hosts.calls if c.method == "RepositoryModelLoad"]
+    assert [(c.address, c.model, c.tenant) for c in loads] == [("h2:1", "m", "acme")]
+    assert not [c for c in hosts.calls if c.method == "ModelInfer"]  # no request was sent or counted
+    assert metric(d, "mmhost_router_replications_total") == 1
+
+
 def test_broadcast_returns_each_hosts_answer_or_error_in_order():
     clock = FakeClock()
     hosts = FakeHosts(clock, down={"h2:1"})

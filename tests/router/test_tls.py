@@ -39,6 +39,21 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"), ("demo", "ghost"))
 
 
+def mtls_hostd_and_router_env(pki, work) -> tuple[HostdProc, int, dict[str, str]]:
+    """A mutual-TLS hostd on `work`'s store, the router's plaintext health port, and the environment of a TLS
+    router that calls it with its client certificate."""
+    hp = free_port()
+    h = HostdProc(str(work / "store"), work, env=mtls_env(pki, hp), health_port=hp,
+                  channel_credentials=router_creds(pki), channel_options=tls.target_name_options())
+    rhp = free_port()
+    env = {"MMHOST_ROUTER_PLAINTEXT": "false", "MMHOST_ROUTER_TLS_CERT": str(pki / "router.pem"),
+           "MMHOST_ROUTER_TLS_KEY": str(pki / "router-key.pem"), "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
+           "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
+           "MMHOST_ROUTER_HEALTH_PORT": str(rhp)}
+    return h, rhp, env
+
+
 @pytest.fixture(scope="module")
 def perimeter(pki, tmp_path_factory):
     """(router, {tenant: key}): a TLS router (tenant certificates accepted) -> a mutual-TLS hostd."""
@@ -48,16 +63,9 @@ def perimeter(pki, tmp_path_factory):
     # the demo models live in tenant "demo"'s prefix
     tenants = FileTenants(work / "tenants.json")
     keys = {t: tenants.create(t) for t in ("demo", "other")}
-    hp = free_port()
-    h = HostdProc(str(store), work, env=mtls_env(pki, hp), health_port=hp, channel_credentials=router_creds(pki),
-                  channel_options=tls.target_name_options())
-    rhp = free_port()
-    env = {"MMHOST_ROUTER_PLAINTEXT": "false", "MMHOST_ROUTER_TLS_CERT": str(pki / "router.pem"),
-           "MMHOST_ROUTER_TLS_KEY": str(pki / "router-key.pem"), "MMHOST_ROUTER_TLS_CLIENT_CA": str(pki / "ca.pem"),
-           "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
-           "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
-           "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
-           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_TLS_CLIENT_LISTEN": f"127.0.0.1:{free_port()}",
+    h, rhp, env = mtls_hostd_and_router_env(pki, work)
+    env = {**env, "MMHOST_ROUTER_TLS_CLIENT_CA": str(pki / "ca.pem"),
+           "MMHOST_ROUTER_TLS_CLIENT_LISTEN": f"127.0.0.1:{free_port()}",
            "MMHOST_ROUTER_UPLOADS": "true"}
     r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store),
                           "--refresh-interval", "0.2"], env, health_port=rhp,
@@ -265,15 +273,8 @@ def test_the_fast_lane_serves_over_tls_with_mutual_tls_to_hostds(pki, tmp_path):
     store = tmp_path / "store"
     seed_store(store)
     keys = {"demo": FileTenants(tmp_path / "tenants.json").create("demo")}
-    hp = free_port()
-    h = HostdProc(str(store), tmp_path, env=mtls_env(pki, hp), health_port=hp, channel_credentials=router_creds(pki),
-                  channel_options=tls.target_name_options())
-    rhp = free_port()
-    env = {"MMHOST_ROUTER_PLAINTEXT": "false", "MMHOST_ROUTER_TLS_CERT": str(pki / "router.pem"),
-           "MMHOST_ROUTER_TLS_KEY": str(pki / "router-key.pem"), "MMHOST_ROUTER_HOSTD_CA": str(pki / "ca.pem"),
-           "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(pki / "router-client.pem"),
-           "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(pki / "router-client-key.pem"),
-           "MMHOST_ROUTER_HEALTH_PORT": str(rhp), "MMHOST_ROUTER_FAST_LANE": "haproxy"}
+    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
+    env = {**env, "MMHOST_ROUTER_FAST_LANE": "haproxy"}
     r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
                               "--refresh-interval", "0.2"], env, health_port=rhp,
                    channel_credentials=tls.channel_credentials(pki / "ca.pem"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -12,7 +13,32 @@ import time
 from pathlib import Path
 
 
+_BELOW_EPHEMERAL = (20000, 32768)  # Linux's ephemeral range starts at 32768 (net.ipv4.ip_local_port_range)
+_given: set[int] = set()
+
+
 def free_port() -> int:
+    """A port free now, for a server started next. Taken below the ephemeral range: a port the kernel hands out
+    for bind(0) is one it also hands out as the source port of outgoing connections (every gRPC channel, health
+    check and Redis client here), and once a test router failed to start on a port a connection had taken
+    meanwhile ('Address already in use' on its metrics port)."""
+    lo, hi = _BELOW_EPHEMERAL
+    try:
+        lo_eph = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        hi = min(hi, lo_eph)
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(64):
+        port = random.randrange(lo, hi) if hi > lo else 0
+        if port in _given:  # never the same port twice in a session (two ports taken before either is bound)
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _given.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from ipaddress import ip_address
 from pathlib import Path
 
 from router.fastlane_config import (FastLaneConfig, FastRecord, batches, map_commands, parse_log_line, render_config,
@@ -88,7 +89,6 @@ class FastLane:
         self._reader: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
-        self.restarts = 0
         self._reset_applied()
 
     def _pem(self, name: str, cert: str, key: str) -> str:
@@ -147,7 +147,6 @@ class FastLane:
         if self.up or self.proc is None:
             return False
         log.error("fast lane: HAProxy exited (code %s); starting it again", self.proc.returncode)
-        self.restarts += 1
         await self.start()
         return True
 
@@ -204,8 +203,14 @@ class FastLane:
         return None
 
     async def _resolve(self, address: str) -> str | None:
-        """host:port with the host resolved to an IP (HAProxy's dynamic servers take addresses, not names)."""
+        """host:port with the host as an IP (a server slot takes an address, not a name). Hostds are dialled by
+        pod IP: an IP literal is taken as it is, with no resolver call (a thread hop per host every refresh)."""
         host, _, port = address.rpartition(":")
+        try:
+            ip_address(host.strip("[]"))
+            return address
+        except ValueError:
+            pass
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
         except (OSError, ValueError):
@@ -217,8 +222,7 @@ class FastLane:
         """Make HAProxy's servers, keys and routes what the router's views say (only the differences are sent).
         A host that leaves the view is put in maintenance; its slot stays its own (it may come back) until
         another host needs a slot and none is free."""
-        async with self._lock:
-            await self.ensure_running()  # a restarted HAProxy starts empty: everything below is sent again
+        async with self._lock:  # the caller restarts HAProxy first (ensure_running): a new one starts empty
             cmds: list[str] = []
             up: set[str] = set()
             for v in eligible:

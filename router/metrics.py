@@ -75,10 +75,19 @@ class RouterMetrics:
                                           "too)", registry=None)
         self.fast_lane_restarts = Counter("mmhost_router_fast_lane_restarts_total", "Fast lane: HAProxy exits "
                                           "(started again)", registry=None)
+        self.fast_lane_syncs = Counter("mmhost_router_fast_lane_syncs_total", "Fast lane: refreshes that gave "
+                                       "HAProxy the router's hosts, keys and routes", registry=None)
         self.fast_lane_log_dropped = Gauge("mmhost_router_fast_lane_log_dropped", "Fast lane: log lines HAProxy "
                                            "dropped since it started (a full pipe to the router): those requests "
                                            "are missing from the access log and the request series", registry=None)
         register_process_collectors(r)
+
+    def answered(self, tenant: str, model: str, status: str, seconds: float) -> None:
+        """One ModelInfer answered (the Python lane's, or the fast lane's from HAProxy's log): its outcome, its
+        time, and the tenant's view of it."""
+        self.requests.labels(tenant, model, status).inc()
+        self.forward_seconds.observe(seconds)
+        self.tenant_seconds(tenant).observe(seconds)
 
     def tenant_seconds(self, tenant: str) -> Histogram:
         """The tenant's pre-bound histogram child (bound on first use, then one dict lookup)."""
@@ -90,7 +99,7 @@ class RouterMetrics:
     def fast_lane_mode(self) -> None:
         """Export the fast lane's series (a router with fast_lane=haproxy)."""
         for m in (self.fast_lane_up, self.fast_lane_routes, self.fast_lane_requests, self.fast_lane_restarts,
-                  self.fast_lane_log_dropped):
+                  self.fast_lane_syncs, self.fast_lane_log_dropped):
             self.registry.register(m)
 
     def redis_mode(self) -> None:

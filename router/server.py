@@ -43,6 +43,7 @@ from router.tenants import FileTenants, RedisTenants, TenantFeed, TenantRegistry
 from router.uploads import Uploads
 
 log = logging.getLogger(__name__)
+DROPPED_EVERY_S = 5.0  # how often the fast lane's dropped log lines are read from HAProxy
 
 
 def open_catalog(settings: RouterSettings, s3: S3Settings | None, redis_client):
@@ -71,6 +72,7 @@ class Router:
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
         self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
+        self._dropped_read_at = -float("inf")
         if s.fast_lane == "haproxy":
             if s.tls_client_ca is not None and not s.tls_client_listen:
                 raise SystemExit("router: fast_lane=haproxy takes API keys on listen: tenant client certificates "
@@ -200,12 +202,16 @@ class Router:
             raise
         self.metrics.fast_lane_up.set(1 if fl.up else 0)
         self.metrics.fast_lane_routes.set(len(fl.routes))
+        self.metrics.fast_lane_syncs.inc()
         now = self.clock()
-        for rk in fl.routes:  # hot models the fast lane serves get their extra copies as on the Python lane
-            tenant, model, version = rk.split("/", 2)
-            if not version:  # one decision per model: its latest's route
-                self.dispatcher.replicate_if_hot(tenant, model, now)
-        self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
+        if self.dispatcher.pcfg.hot_queue_depth > 0 or self.dispatcher.pcfg.hot_rps_per_copy > 0:
+            for rk in fl.routes:  # hot models the fast lane serves get their extra copies as on the Python lane
+                tenant, model, version = rk.split("/", 2)
+                if not version:  # one decision per model: its latest's route
+                    self.dispatcher.replicate_if_hot(tenant, model, now)
+        if now >= self._dropped_read_at + DROPPED_EVERY_S:  # a runtime API call of its own: not every refresh
+            self._dropped_read_at = now
+            self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
 
     def _fast_records(self, recs: list[FastRecord]) -> None:
         """HAProxy's log lines, read back (router/fastlane.py): the access log lines and the request series the
@@ -214,11 +220,8 @@ class Router:
         hosts = self.fastlane.addresses() if self.fastlane is not None else {}
         views = {v.address: v for v in self.cluster.eligible()}
         for r in recs:
-            total = r.total_ms / 1000.0
             m.fast_lane_requests.inc()
-            m.requests.labels(r.tenant, r.model, r.status).inc()
-            m.forward_seconds.observe(total)
-            m.tenant_seconds(r.tenant).observe(total)
+            m.answered(r.tenant, r.model, r.status, r.total_ms / 1000.0)
             if not r.served and r.status in SHED_CODES and r.reason:  # HAProxy's own refusal (no host)
                 m.shed.labels(r.tenant, r.model, r.reason).inc()
             host = hosts.get(r.server, r.server)

@@ -209,9 +209,7 @@ class RouterServicer:
             if charged:
                 self.inflight.release(tenant, charged)
             total = self.clock() - t0
-            self.metrics.requests.labels(tenant, model if known else "(unknown)", status).inc()
-            self.metrics.forward_seconds.observe(total)
-            self.metrics.tenant_seconds(tenant).observe(total)
+            self.metrics.answered(tenant, model if known else "(unknown)", status, total)
             if trailers is not None:
                 self._log(ts, tenant, model, version, host, total, status, reason, len(body), resp, hdr.id, served)
 

@@ -64,6 +64,16 @@ def cluster(lane):
         h.stop()
 
 
+def syncs(r: RouterProc) -> float:
+    return metric_value(r.metrics_text(), "mmhost_router_fast_lane_syncs_total")
+
+
+def after_syncs(r: RouterProc, n: int = 2) -> None:
+    """Wait until the router has given HAProxy its state `n` more times (what it decides is in HAProxy now)."""
+    start = syncs(r)
+    wait_until(lambda: syncs(r) >= start + n, what=f"{n} fast-lane syncs")
+
+
 def fast_count(r: RouterProc) -> float:
     return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
 
@@ -139,7 +149,7 @@ def test_everything_else_is_answered_by_the_python_router(cluster):
     assert len(big.SerializeToString()) > 65536
     for _ in range(3):  # loaded by the first, READY for the others: still not for the fast lane
         assert r.stub.ModelInfer(big, metadata=md, timeout=30).outputs[0].shape == [1, 2]
-        time.sleep(0.3)
+        after_syncs(r, 1)  # the model READY in the router's view by the later calls
     assert fast_count(r) == before  # none of these went the fast way
     # a hostd's refusal on the fast lane reaches the caller as it is, and the router logs it with its reason
     bad = infer_request("m")
@@ -152,11 +162,13 @@ def test_everything_else_is_answered_by_the_python_router(cluster):
 
 
 def test_a_tenant_with_limits_is_admitted_by_the_python_router(cluster):
-    r, _, keys = cluster
+    r, hosts, keys = cluster
     md = auth(keys["capped"])
     before = fast_count(r)
     r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=30)
-    time.sleep(0.6)  # three refreshes: a fast route for capped would be there by now
+    wait_until(lambda: ("capped", "m", "READY") in {(m.tenant, m.model, m.state) for h in hosts for m in h.status().models},
+               what="capped's model READY")
+    after_syncs(r, 3)  # hosts refreshed, then synced: a fast route for capped would be there by now
     code, _ = code_of(lambda: r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=10))
     assert code is C.RESOURCE_EXHAUSTED  # its rate limit holds: the fast lane never serves it
     assert fast_count(r) == before
@@ -167,11 +179,11 @@ def test_limits_set_live_take_a_tenant_off_the_fast_lane(cluster, lane):
     md = auth(keys["mover"])
     warm(r, md)  # unlimited: on the fast lane
     FileTenants(lane[0] / "tenants.json").set_limits("mover", overrides={"rate": 0.001, "burst": 1})
-    time.sleep(1.0)  # the router reads the file again within a refresh (0.2 s), then syncs HAProxy
+    after_syncs(r, 3)  # the tenants refresh (0.2 s) reads the file again, a sync after it gives HAProxy the keys
     before = fast_count(r)
     codes = [code_of(lambda: r.stub.ModelInfer(infer_request("m"), metadata=md, timeout=10))[0] for _ in range(3)]
     assert codes[1:] == [C.RESOURCE_EXHAUSTED] * 2  # its new limit holds at once
-    time.sleep(0.3)
+    after_syncs(r, 1)  # a log line of a fast call would have been read by now (every 50 ms)
     assert fast_count(r) == before
 
 

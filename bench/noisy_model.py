@@ -118,6 +118,29 @@ def stats(addr: str, model: str, tenant: str) -> Stats:
                  ns("compute_infer"))
 
 
+def loop_lag(metrics_port: int) -> dict[float, float]:
+    """hostd's mmhost_event_loop_lag_seconds histogram: cumulative count per bucket bound."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return {float(x.labels["le"]): x.value for f in text_string_to_metric_families(text)
+            for x in f.samples if x.name == "mmhost_event_loop_lag_seconds_bucket"}
+
+
+def lag_quantile(before: dict[float, float], after: dict[float, float], q: float = 0.99) -> float:
+    """The q-quantile of the samples taken between two reads, as the upper bound of its bucket (ms)."""
+    le = sorted(after)
+    delta = [after[b] - before.get(b, 0.0) for b in le]
+    if not delta or delta[-1] <= 0:
+        return float("nan")
+    for b, c in zip(le, delta, strict=True):
+        if c >= q * delta[-1]:
+            return b * 1000
+    return float("inf")
+
+
 async def _live_loop(addr: str, seconds: float) -> dict:
     """ServerLive at concurrency 1: no model, no slot, no batch; only the event loop (and the cores)."""
     import tritonclient.grpc.aio as ga
@@ -178,8 +201,9 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         tenants = work / "tenants.json"
         reg = FileTenants(tenants)
         keys = {t: reg.create(t, "unlimited") for t in ("acme", "other")}
+        mport = free_port()
         hostd, host = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant", "acme",
-                                  *hostd_args)
+                                  "--metrics-port", str(mport), *hostd_args)
         router = None
         try:
             direct = {"acme": {TENANT_HEADER: "acme"}, "other": {TENANT_HEADER: "other"}}
@@ -193,7 +217,9 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 p = start_noisy(addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
+                lag0 = loop_lag(mport)
                 r = light(addr, seconds, light_h)
+                r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(mport))
                 nz = noisy_result(p) if p is not None else None
                 rows.append((name, r, stats(host, "light", "acme").minus(before), nz))
 
@@ -263,6 +289,8 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
         if nz is not None and r and "alone" not in name:
             alone = by[_path(name) + "light alone"][0]
             print(f"  {name}: light p99 {r['p99'] / alone['p99']:.1f}x alone")
+    print("hostd event-loop lag p99 during each light phase (mmhost_event_loop_lag_seconds, its bucket's upper "
+          "bound): " + ", ".join(f"{name} {r['loop_lag_p99']:g} ms" for name, r, _, _ in rows if r))
     print("bound = light p99 alone + 1.5 x the noisy model's mean batch compute time alone (hostd's statistics); "
           "kept = noisy requests/s beside the light model / alone; queue ms, run ms = light's mean queue time and "
           "session run time in hostd")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ground.looplag import LAG_BUCKETS
 from ground.metrics_http import register_process_collectors
 from hostd.triton_metrics import GpuCollector, ModelsFn, TritonCollector
 
@@ -53,6 +54,11 @@ class HostdMetrics:
             "victims unloaded), pool_wait (queued for a load worker), lock_wait (for the loader's lock: one deserialize "
             "at a time), locked (deserialize, warm-up and memory probes under it), total (load started to READY)",
             ["stage"], buckets=_LOAD, registry=r,
+        )
+        self.loop_lag = Histogram(
+            "mmhost_event_loop_lag_seconds", "How late the event loop ran a timer that was due (sampled 20 times a "
+            "second): the wait every request's callbacks have behind the others' work on this process's one loop",
+            buckets=LAG_BUCKETS, registry=r,
         )
         self.execution_slots = Gauge("mmhost_execution_slots", "Batches that may run at once on this host", registry=r)
         self.load_workers = Gauge(

@@ -21,6 +21,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ground.looplag import watch_loop_lag
 from ground.metrics_http import serve_metrics
 
 from hostd.core.device import DeviceCache
@@ -246,6 +247,7 @@ class Hostd:
             await self.health_server.start()
         await self.server.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._pressure_loop()))
+        self._tasks.append(asyncio.get_running_loop().create_task(watch_loop_lag(self.metrics.loop_lag.observe)))
         if self.tenant_source is not None:
             try:
                 await tenant_limits.refresh_once(self.tenant_source, self.apply_limits)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ground.looplag import LAG_BUCKETS
 from ground.metrics_http import register_process_collectors
 
 
@@ -24,6 +25,11 @@ class RouterMetrics:
         r = self.registry
         self.requests = Counter("mmhost_router_requests_total", "Inference requests by outcome",
                                 ["tenant", "model", "status"], registry=r)
+        self.loop_lag = Histogram(
+            "mmhost_router_event_loop_lag_seconds", "How late the router's event loop ran a timer that was due "
+            "(sampled 20 times a second): the wait every call's callbacks have behind the others' work",
+            buckets=LAG_BUCKETS, registry=r,
+        )
         self.forward_seconds = Histogram(
             "mmhost_router_forward_seconds", "Time from receipt to answer, retries included",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)

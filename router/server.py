@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ground import tls
+from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.serving import run_until_signal
 from ground.settings import S3Settings
@@ -303,6 +304,7 @@ class Router:
         if self.admission.fleet is not None:  # counts the live routers; brings a router back from local to fleet
             await self.admission.fleet.heartbeat()
             self._tasks.append(asyncio.get_running_loop().create_task(self._every("quota", self.admission.fleet.heartbeat)))
+        self._tasks.append(asyncio.get_running_loop().create_task(watch_loop_lag(self.metrics.loop_lag.observe)))
         self.access_log.start()  # its own writer thread: lines are encoded and written off the event loop
         if self.fastlane is not None:
             try:

@@ -14,6 +14,7 @@ from hostd.tensors import encode_bytes_raw
 from mmhost.demo_models import torch_reference
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc
+from tests.hostd_proc import metric_value
 
 
 def infer_req(model="mlp", x=None, raw=True, name="input", version=""):
@@ -255,6 +256,8 @@ def test_statistics_and_metrics(hostd):
     for name in ("mmhost_queue_duration_seconds_bucket", "mmhost_compute_duration_seconds_bucket",
                  "mmhost_batch_size_bucket", "mmhost_model_load_duration_seconds_bucket", "mmhost_model_memory_bytes"):
         assert name in text
+    # the loop-lag watch samples 20 times a second from start: a serving hostd has samples
+    assert metric_value(text, "mmhost_event_loop_lag_seconds_count") > 0
 
 
 def test_repository_index_load_unload(hostd):

@@ -18,6 +18,7 @@ from router.placement_policy import affinity
 from router.tenants import RedisTenants
 from sim.trace import read_trace_report
 from tests.router.conftest import ACME_MODELS, SPARE_MODELS, auth, infer_request
+from tests.hostd_proc import metric_value
 from tests.router.router_proc import RouterProc
 
 C = grpc.StatusCode
@@ -133,6 +134,8 @@ def test_many_models_spread_over_hosts_each_loaded_once_by_two_routers(cluster, 
                 where[m].append(addr)
     assert all(len(hosts) == 1 for hosts in where.values()), where  # one load per model, not one per router
     assert len({hosts[0] for hosts in where.values()}) >= 2  # spread (all 12 on one of 3 hosts: p < 1e-5)
+    for r in routers:  # each router's loop-lag watch has sampled the loop that served that burst
+        assert metric_value(r.metrics_text(), "mmhost_router_event_loop_lag_seconds_count") > 0
 
 
 def test_sigkill_of_a_hostd_under_steady_load_fails_no_request(cluster, routers):

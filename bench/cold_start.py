@@ -90,7 +90,7 @@ def main() -> None:
 
             # (c) hostd's first request for the model (hostd is started and serving before the clock starts)
             # runtime default threads, as in (b); model threads at nice 0, as (a) and (b) run: on a shared
-            # machine hostd's default (compute_nice 5) hands the cores to every other process there
+            # machine hostd's default (compute_nice 12) hands the cores to every other process there
             hostd = HostdProc(s3.store, work / f"hostd{i}", env={"MMHOST_S3_ENDPOINT_URL": s3.endpoint,
                                                                  "MMHOST_HOSTD_COMPUTE_NICE": "0"},
                               args=["--ort-threads", "0"])

@@ -153,7 +153,7 @@ class HostdSettings(BaseSettings):
         "another model's work finds a slot free (batches are not preempted)",
     )
     compute_nice: int = Field(
-        5, ge=0, le=19, description="nice value of the threads that run and load models (Linux: per thread): the "
+        12, ge=0, le=19, description="nice value of the threads that run and load models (Linux: per thread): the "
         "event loop, which answers every model's requests, goes first when both want a core; 0 = same priority",
     )
     fair_unit: Literal["tenant", "model"] = Field(

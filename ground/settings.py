@@ -102,10 +102,12 @@ class HostdSettings(BaseSettings):
     )
     torch_threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = auto, as ort_intra_op_threads")
     wide_lone_batches: bool = Field(
-        False, description="CPU, ONNX: a batch of one request alone on the host runs on every core (a second "
-        "session over the same weights, holding every execution slot meanwhile; hostd/core/sizing.py). Off: on "
-        "2 cores it cut c1 p50 from 4.79 to 3.80 ms on a quiet box, but on a box shared with other load it "
-        "was slower at c1 and c32 (its two threads wait for each other when either loses its core)",
+        True, description="CPU, ONNX: a batch of one request alone on the host runs on every core (a second "
+        "session over the same weights, without prepacking: +3 MB for the 50 MB MLP; it holds every execution slot "
+        "meanwhile, at most 5 ms; hostd/core/sizing.py). On by default since two bench/batching.py runs on a quiet "
+        "2-core box put it ahead at c1 and c32 (c1 p50 1.39x and 1.56x the plain server's against 1.61x and 1.79x; "
+        "c32 1275 and 1113 req/s against 1164 and 1087); on a box shared with other load it was slower (its two "
+        "threads wait for each other when either loses its core): turn it off there",
     )
     default_max_batch_size: int = Field(
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"

@@ -10,7 +10,7 @@ On a GPU, batches run on the device and the CPU threads only feed it: slots defa
 and each instance of a model runs its batches on a CUDA stream of its own (hostd/runtimes/torch_rt.py; an
 ONNX Runtime session runs on its own stream, so different models overlap on the device).
 
-A lone batch may borrow the idle slots' cores (wide_lone_batches, off by default; issue #13: on 2 cores a
+A lone batch may borrow the idle slots' cores (wide_lone_batches, on by default; issue #13: on 2 cores a
 lone request runs on one thread, batch 1 of the 50 MB MLP in 1.6-1.9 ms against 1.3 ms on two). A session's
 intra-op thread count is fixed when it is built and ONNX Runtime has no per-run setting, so an ONNX model on
 CPU gets a second session of `wide` = cores threads over the same weights (hostd/runtimes/onnx.py), and the
@@ -21,7 +21,11 @@ and another model's work that arrives meanwhile waits for that one batch: at mos
 box shared with other engineers' load, bench/batching.py (per-round medians) gave c1 1.52x the plain server
 against 1.35x without it and c32 1.00x Triton's core against 1.09x (load 3-4), then c1 1.67x against 1.86x
 and c32 0.97x the default's (load 2-4): a parallel section waits for its slowest thread, and with other load
-one of the two often has no core. So it is off until measured on a quiet host.
+one of the two often has no core. Measured again on a quiet host (load 1.1-1.8, only the bench running), two
+bench/batching.py --variant runs: c1 p50 1.39x and 1.56x the plain server against 1.61x and 1.79x without it,
+c32 1275 and 1113 req/s against 1164 and 1087; beside the noisy model (bench/noisy_model.py, two pairs) the
+light model's p99 was no worse (25.6/32.4 against 70.1/82.0 ms, 20.3/23.1 against 24.5/30.9). So the setting
+(wide_lone_batches) is on by default; the pure plan below takes `wide` as asked.
 
 Measured on 2 shared cores, one run each (bench/batching.py --variant, per-round medians; bench/noisy_model.py
 --direct-only), and not adopted:

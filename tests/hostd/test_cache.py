@@ -155,9 +155,25 @@ def test_model_with_work_in_flight_is_not_evicted(hostd):
     before = _loads(hostd, "big")
     errors: list[Exception] = []
 
+    stop = threading.Event()
+
+    async def workers(n: int) -> None:
+        # a closed loop of 8 callers until the loads are done: each batch is one 32-row request, so 7 wait in
+        # the queue while one runs, and the model is never idle unless the client stalls for 7 batches (a
+        # one-shot burst of 48 once drained on a loaded machine before its last requests arrived: an idle gap
+        # in which evicting "big" was right, and the reload the assertion counted)
+        async with grpc.aio.insecure_channel(hostd.addr) as ch:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(ch)
+
+            async def one() -> None:
+                while not stop.is_set():
+                    await stub.ModelInfer(_req("big", big_x))
+
+            await asyncio.gather(*(one() for _ in range(n)))
+
     def keep_busy():
         try:
-            asyncio.run(_burst(hostd.addr, "big", 48, big_x))
+            asyncio.run(workers(8))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -172,6 +188,7 @@ def test_model_with_work_in_flight_is_not_evicted(hostd):
             hostd.stub.ModelInfer(_req(f"m{i}", x))
         except grpc.RpcError as e:  # no room right now is an honest answer; evicting busy work is not
             assert e.code() == grpc.StatusCode.UNAVAILABLE and "no device memory" in e.details()
+    stop.set()
     t.join(60)
     assert not errors, errors
     assert seen_busy

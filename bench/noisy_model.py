@@ -130,15 +130,10 @@ def loop_lag(metrics_port: int) -> dict[float, float]:
 
 
 def lag_quantile(before: dict[float, float], after: dict[float, float], q: float = 0.99) -> float:
-    """The q-quantile of the samples taken between two reads, as the upper bound of its bucket (ms)."""
-    le = sorted(after)
-    delta = [after[b] - before.get(b, 0.0) for b in le]
-    if not delta or delta[-1] <= 0:
-        return float("nan")
-    for b, c in zip(le, delta, strict=True):
-        if c >= q * delta[-1]:
-            return b * 1000
-    return float("inf")
+    """The q-quantile (ms) of the lag samples taken between two reads (sim/calibrate.py's bucket quantile)."""
+    from sim.calibrate import quantile_from_buckets
+
+    return 1000 * quantile_from_buckets({le: c - before.get(le, 0.0) for le, c in after.items()}, q)
 
 
 async def _live_loop(addr: str, seconds: float) -> dict:
@@ -289,8 +284,8 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
         if nz is not None and r and "alone" not in name:
             alone = by[_path(name) + "light alone"][0]
             print(f"  {name}: light p99 {r['p99'] / alone['p99']:.1f}x alone")
-    print("hostd event-loop lag p99 during each light phase (mmhost_event_loop_lag_seconds, its bucket's upper "
-          "bound): " + ", ".join(f"{name} {r['loop_lag_p99']:g} ms" for name, r, _, _ in rows if r))
+    print("hostd event-loop lag p99 during each light phase (mmhost_event_loop_lag_seconds, linear within its "
+          "bucket): " + ", ".join(f"{name} {r['loop_lag_p99']:.1f} ms" for name, r, _, _ in rows if r))
     print("bound = light p99 alone + 1.5 x the noisy model's mean batch compute time alone (hostd's statistics); "
           "kept = noisy requests/s beside the light model / alone; queue ms, run ms = light's mean queue time and "
           "session run time in hostd")

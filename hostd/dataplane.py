@@ -132,9 +132,6 @@ class DataPlane:
         self.inflight = 0
         self.requests_by_tenant: dict[str, int] = {}
         self.shed_by_tenant: dict[str, int] = {}
-        # each (tenant, model, status)'s request series, bound once: labels() validates and locks on every
-        # call (py-spy: ~10 us a request). As many as the registry holds already: unknown names share one.
-        self._series: dict[tuple[str, str, str], tuple] = {}
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -213,14 +210,10 @@ class DataPlane:
     def _count(self, tenant: str, model: str, status: str, t0: float, e=None, err: ServingError | None = None) -> None:
         now = self._clock()
         label_model = model if e is not None else UNKNOWN_MODEL
-        series = self._series.get((tenant, label_model, status))
-        if series is None:
-            series = self._series[(tenant, label_model, status)] = (
-                self.metrics.requests.labels(tenant, label_model, status),
-                self.metrics.request_duration.labels(tenant, label_model))
-        series[0].inc()
+        requests, duration = self.metrics.request_series(tenant, label_model, status)
+        requests.inc()
         self.requests_by_tenant[tenant] = self.requests_by_tenant.get(tenant, 0) + 1
-        series[1].observe(now - t0)
+        duration.observe(now - t0)
         if e is not None:
             e.stats.rate.hit(now)
             if status == "OK":

@@ -84,6 +84,19 @@ class HostdMetrics:
         for c in (self.triton, self.gpu):
             r.register(c)
         register_process_collectors(r)
+        # each answer's series, bound once (labels() validates and locks on every call): as many as the
+        # registry holds already, unknown model names sharing one
+        self._request_children: dict[tuple[str, str, str], tuple] = {}
+
+    def request_series(self, tenant: str, model: str, status: str) -> tuple:
+        """(requests counter, request duration histogram) children for one answer: bound on first use, then
+        one dict lookup (as RouterMetrics.tenant_seconds)."""
+        key = (tenant, model, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children[key] = (self.requests.labels(tenant, model, status),
+                                                       self.request_duration.labels(tenant, model))
+        return children
 
     def watch(self, models: ModelsFn, probe=None) -> None:
         """Serve Triton's series from these model entries (read at scrape time: no per-request cost) and,

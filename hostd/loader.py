@@ -9,6 +9,11 @@ and builds the session from those bytes; the RAM tier keeps the same bytes, and 
 written in the background. Runtimes that can (ONNX) then save the optimized graph into the disk tier's graph
 cache (hostd/cache/graphs.py), also in the background; reloads from disk use it, and the RAM tier holds it
 once it was filled from a disk load.
+
+A reload (a version loaded here before, whose memory is known) of an ONNX model on CPU answers before its
+weights are prepacked for the kernels, and they are prepacked right after, still under the loader's lock
+(ONNX Runtime's prepacking was ~50 of the ~55 ms a 50 MB MLP's session took to build; hostd/runtimes/onnx.py).
+A first load is whole before it answers: its probes must see all the memory the model takes.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,7 +120,11 @@ class LoadProgress:
 
 class Loader:
     def __init__(self, storage: Storage, disk: DiskTier, ram: RamTier | None, device: DeviceSpec, probe: MemoryProbe,
-                 background: Executor | None = None) -> None:
+                 background: Executor | None = None, upgrades: Executor | None = None,
+                 on_phase: Callable[[str, float], None] | None = None) -> None:
+        """`background`: the disk tier's writes and saved graphs (lowest priority); `upgrades`: what a load
+        deferred (model.upgrade), at the priority of loads, since it holds the loader's lock; `on_phase`:
+        told (phase, seconds) of the work done after a load returned ("prepack")."""
         self.storage = storage
         self.disk = disk
         self.ram = ram
@@ -127,6 +136,9 @@ class Loader:
         self._background = background or ThreadPoolExecutor(1, thread_name_prefix="tier-write")
         self._writes: dict[tuple[str, str, str], Future] = {}
         self._writes_lock = threading.Lock()
+        self._upgrades = upgrades or ThreadPoolExecutor(1, thread_name_prefix="upgrade")
+        self._upgrading: set[Future] = set()
+        self._on_phase = on_phase
 
     # ---- storage ---------------------------------------------------------------------------------
     def _storage_failed(self, m: ModelManifest, path: str, e: StorageError) -> Unavailable:
@@ -284,8 +296,38 @@ class Loader:
                 pass
 
     def flush(self) -> None:
-        """Wait for the background writes queued so far (tests, shutdown)."""
+        """Wait for the background writes and deferred upgrades queued so far (tests, shutdown)."""
+        with self._writes_lock:
+            upgrading = list(self._upgrading)
+        wait(upgrading)
         self._background.submit(lambda: None).result()
+
+    def _upgrade_later(self, m: ModelManifest, model: LoadedModel) -> None:
+        """What the runtime deferred (prepacking), on the upgrades executor and under the loader's lock, so
+        that no load's memory probes see it. Until it is done the model answers on its first session."""
+        def upgrade() -> None:
+            with self._lock:
+                t0 = time.perf_counter()
+                model.upgrade()
+                took = time.perf_counter() - t0
+            if self._on_phase is not None:
+                self._on_phase("prepack", took)
+            log.info("%s: weights prepacked in the background in %.0f ms", _name(m), took * 1e3)
+
+        def done(f: Future) -> None:
+            with self._writes_lock:
+                self._upgrading.discard(f)
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("%s: prepacking its weights failed; it goes on answering unpacked: %s", _name(m),
+                            f.exception())
+
+        try:
+            fut = self._upgrades.submit(upgrade)
+        except RuntimeError:  # shutting down: the model answers unpacked until it is closed
+            return
+        with self._writes_lock:
+            self._upgrading.add(fut)
+        fut.add_done_callback(done)
 
     # ---- saved graphs ----------------------------------------------------------------------------
     def _graph_id(self, m: ModelManifest) -> GraphId | None:
@@ -426,10 +468,11 @@ class Loader:
             self.ram.discard(m.key())
         return LoadFailed(f"{_name(m)}: {e}", reason="load_failed")
 
-    def _deserialize(self, m: ModelManifest, source: ModelSource, cpu: bool,
-                     waits: dict[str, float]) -> tuple[LoadedModel, int, float, float]:
+    def _deserialize(self, m: ModelManifest, source: ModelSource, cpu: bool, waits: dict[str, float],
+                     defer: bool = False) -> tuple[LoadedModel, int, float, float]:
         """Under the loader's lock: the model built and warmed up, and the memory the probe saw it take:
-        (model, bytes, deserialize s, warm-up s). The runtime's RuntimeLoadError passes through."""
+        (model, bytes, deserialize s, warm-up s). The runtime's RuntimeLoadError passes through. `defer`:
+        the runtime may leave prepacking to model.upgrade (load_model's defer_prepack)."""
         t_ask = time.perf_counter()
         with self._lock:
             t_got = time.perf_counter()
@@ -439,7 +482,7 @@ class Loader:
                     release_free_memory()
                 before = self.probe.used()
                 t1 = time.perf_counter()
-                model = load_model(source, m, self.device)
+                model = load_model(source, m, self.device, defer_prepack=defer)
                 t2 = time.perf_counter()
                 try:
                     model.run(warmup_inputs(m.inputs), [o.name for o in m.outputs])
@@ -455,8 +498,14 @@ class Loader:
                 waits["locked"] += time.perf_counter() - t_got
         return model, max(0, after - before), t2 - t1, t3 - t2
 
-    def load(self, m: ModelManifest, progress: LoadProgress | None = None) -> LoadResult:
+    def load(self, m: ModelManifest, progress: LoadProgress | None = None, reserve_bytes: int = 0) -> LoadResult:
+        """`reserve_bytes`: the memory this version took when it was last loaded here, room for which the
+        caller has made (0: never loaded). With it, a runtime that can answers first and prepacks its weights
+        in the background (OnnxModel's defer_prepack), and the load counts that memory, since the packed
+        weights arrive after the probes; without it the load is whole before it returns, so that what is
+        measured is all the model takes."""
         timings: dict[str, float] = {}
+        defer = reserve_bytes > 0
         # seconds waiting for the loader's lock (one deserialize at a time per host) and holding it
         waits = {"lock_wait": 0.0, "locked": 0.0}
         source, tier, pieces = self._source(m, timings, progress)
@@ -464,7 +513,7 @@ class Loader:
             prepare_runtime(m.format, self.device)
             cpu = isinstance(self.probe, CpuProbe)
             try:
-                model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits)
+                model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits, defer)
             except RuntimeLoadError as e:
                 if not isinstance(source, GraphSource):
                     raise self._load_failed(m, e) from e
@@ -476,7 +525,8 @@ class Loader:
                     pieces = None
                 source, tier, pieces = self._source(m, timings, progress, plain=True)
                 try:
-                    model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits)
+                    model, delta, timings["deserialize"], timings["warmup"] = self._deserialize(m, source, cpu, waits,
+                                                                                                defer)
                 except RuntimeLoadError as e2:
                     raise self._load_failed(m, e2) from e2
         finally:
@@ -486,6 +536,9 @@ class Loader:
             delta += model.kept_bytes  # the session reads weights in place from bytes no tier accounts for
         if cpu:  # in host memory the weights are at least their file's size; RSS noise cannot go below it
             delta = max(delta, m.total_bytes)
+        if model.upgrade_pending:  # what it took last time, prepacked weights included
+            delta = max(delta, reserve_bytes)
+            self._upgrade_later(m, model)
         gid = self._graph_id(m)
         saved = None if gid is None else isinstance(source, GraphSource) and source.optimized
         if gid is not None and not saved:

@@ -175,7 +175,7 @@ class ModelManager:
 
         def load(progress: LoadProgress) -> LoadResult:
             started.append(self._clock())
-            return self.loader.load(m, progress)
+            return self.loader.load(m, progress, reserve_bytes=e.last_memory_bytes)
 
         try:
             await self.evictor.make_room(e)

@@ -46,7 +46,8 @@ class HostdMetrics:
         )
         self.loads = Counter("mmhost_model_loads", "Model loads by result", ["tenant", "model", "result"], registry=r)
         self.load_duration = Histogram(
-            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, prepare, deserialize, warmup)",
+            "mmhost_model_load_duration_seconds", "Load time split by phase (fetch, verify, prepare, deserialize, warmup; "
+            "prepack: weights repacked in the background after a reload answered, hostd/loader.py)",
             ["phase"], buckets=_LOAD, registry=r,
         )
         self.load_path = Histogram(

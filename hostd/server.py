@@ -124,7 +124,9 @@ class Hostd:
         # host they wait, rather than slow the loads and requests that follow a cold load
         self.tier_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tier-write",
                                             initializer=lambda: lower_thread_priority(19))
-        self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe, background=self.tier_pool)
+        self.loader = Loader(self.storage, self.disk, self.ram, self.device, self.probe, background=self.tier_pool,
+                             upgrades=self.load_pool,
+                             on_phase=lambda phase, s: self.metrics.load_duration.labels(phase).observe(s))
         self.manager = ModelManager(
             repo=self.repo, loader=self.loader, cache=self.cache, settings=settings, metrics=self.metrics,
             exec_pool=self.exec_pool, load_pool=self.load_pool, gate=self.gate, tenants=self.tenants,

@@ -68,6 +68,15 @@ class LoadedModel(abc.ABC):
         """A lone batch while nothing else runs on the host (hostd/core/dispatch.py): on every core."""
         return self.run(inputs, outputs)
 
+    @property
+    def upgrade_pending(self) -> bool:
+        """The load deferred work that `upgrade` does (ONNX on CPU: prepacking the weights)."""
+        return False
+
+    def upgrade(self) -> None:  # noqa: B027 - a default: most runtimes defer nothing
+        """Do what the load deferred, off the request path (the loader's background thread), while the model
+        answers; safe to call after close (then it does nothing)."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release every reference to runtime memory (sessions, modules, device buffers)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -91,11 +92,15 @@ def _in_memory(so, name: str, buf: bytes | bytearray | memoryview, in_place: boo
         so.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
 
 
-def _session(source: ModelSource, device: DeviceSpec, so=None):
-    """An InferenceSession, and the buffer it reads weights from in place (to keep alive with it), if any."""
+def _session(source: ModelSource, device: DeviceSpec, so=None, prepack: bool = True):
+    """An InferenceSession, and the buffer it reads weights from in place (to keep alive with it), if any.
+    `prepack=False`: the CPU kernels use the weights as they lie instead of repacking them for their GEMMs
+    first (a session in 1-2 ms instead of ~50 for a 50 MB MLP; batches of 32 then take 1.7-2.5x longer)."""
     import onnxruntime as ort
 
     so = so if so is not None else _options(device)
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
     kept: bytes | bytearray | memoryview | None = None
     model: str | bytes
     if isinstance(source, GraphSource):
@@ -122,19 +127,23 @@ def _session(source: ModelSource, device: DeviceSpec, so=None):
         raise RuntimeLoadError(f"onnxruntime could not load the model: {e}") from e
 
 
+def _in_place(source: ModelSource) -> bool:
+    """A graph whose weights a session reads where they lie (mapped from the disk tier, or a buffer a cache
+    tier owns): a second session over it costs no second copy of them."""
+    return isinstance(source, GraphSource) and (isinstance(source.graph, Path) or source.in_place)
+
+
 def _wide_session(source: ModelSource, device: DeviceSpec):
     """The model's second session, on `device.ort_wide_threads` threads, for lone batches of one request
     (hostd/core/dispatch.py), or None. Only over weights it reads where they lie (a graph with its weights
     apart, in memory in place or mapped from the disk tier), and without prepacking them, so that it costs
     no second copy of the weights (50 MB MLP: +3 MB; prepacked, +56 MB); batch 1 on 2 threads unpacked took
     1.73-1.98 ms against 1.53-1.68 prepacked and 2.55-2.75 on one thread (one run each, busy 2-core box)."""
-    if not (isinstance(source, GraphSource) and (isinstance(source.graph, Path) or source.in_place)):
+    if not _in_place(source):
         return None
     wide = replace(device, ort_intra_op_threads=device.ort_wide_threads)
-    so = _options(wide)
-    so.add_session_config_entry("session.disable_prepacking", "1")
     try:
-        return _session(source, wide, so)[0]
+        return _session(source, wide, prepack=False)[0]
     except RuntimeLoadError:  # the model still runs, on its plan's threads
         log.warning("no wide session for this model", exc_info=True)
         return None
@@ -201,15 +210,40 @@ def _to_bytes(arr: np.ndarray) -> np.ndarray:
 
 
 class OnnxModel(LoadedModel):
-    def __init__(self, source: ModelSource, manifest: ModelManifest, device: DeviceSpec) -> None:
+    """`defer_prepack`: on CPU, over weights read in place, the model answers first on a session that does not
+    prepack them, and `upgrade` (the loader calls it in the background) swaps in the prepacked one. A reload
+    from the RAM or disk tier is then ready in a few ms instead of the ~50 ms prepacking takes (50 MB MLP); the
+    batches run meanwhile are slower (1.7-2.5x at 32 rows), and the memory the packed weights take is known
+    from the model's last load, for which room was made (hostd/loader.py)."""
+
+    def __init__(self, source: ModelSource, manifest: ModelManifest, device: DeviceSpec,
+                 defer_prepack: bool = False) -> None:
         self.device = device
-        self._sess, self._kept = _session(source, device)
+        self._swap = threading.Lock()
+        self._closed = False
+        self._deferred = source if defer_prepack and device.kind == "cpu" and _in_place(source) else None
+        self._sess, self._kept = _session(source, device, prepack=self._deferred is None)
         self.kept_bytes = len(self._kept) if self._kept is not None else 0
         self._output_names = [o.name for o in self._sess.get_outputs()]
         self._wide = None
         if device.kind == "cpu" and device.ort_wide_threads > max(1, device.ort_intra_op_threads):
             self._wide = _wide_session(source, device)
         self.wide = self._wide is not None
+
+    @property
+    def upgrade_pending(self) -> bool:
+        return self._deferred is not None
+
+    def upgrade(self) -> None:
+        """The prepacked session, built and swapped in; a batch running keeps the session it started on."""
+        source = self._deferred
+        if source is None:
+            return
+        sess, _ = _session(source, self.device)  # the same weights in place: `kept` is already held
+        with self._swap:
+            if not self._closed:
+                self._sess = sess
+                self._deferred = None
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         return self._run(self._sess, inputs, outputs)
@@ -224,5 +258,7 @@ class OnnxModel(LoadedModel):
         return {n: (_to_bytes(r) if r.dtype == object or r.dtype.kind == "U" else r) for n, r in zip(names, res, strict=True)}
 
     def close(self) -> None:
-        self._sess = self._wide = None  # the sessions' arenas are freed when the last reference goes
-        self._kept = None
+        with self._swap:  # an upgrade finishing after this drops its session
+            self._closed = True
+            self._sess = self._wide = None  # the sessions' arenas are freed when the last reference goes
+            self._kept = self._deferred = None

@@ -36,15 +36,16 @@ class GraphSaver:
 @dataclass(frozen=True)
 class Runtime:
     kind: str  # one library's one-time set-up covers every format of the same kind
-    load: Callable[[ModelSource, ModelManifest, DeviceSpec], LoadedModel]
+    load: Callable[..., LoadedModel]  # (source, manifest, device[, defer_prepack=True when `defers`])
     prime: Callable[[DeviceSpec], None]
     signature: Callable[[Path], Signature] | None  # None: the file does not declare its inputs and outputs
     graphs: GraphSaver | None = None
+    defers: bool = False  # load takes defer_prepack (LoadedModel.upgrade finishes it)
 
 
 RUNTIMES: dict[ModelFormat, Runtime] = {
     ModelFormat.ONNX: Runtime("onnx", onnx.OnnxModel, onnx.prime, onnx.onnx_signature,
-                              GraphSaver(onnx.graph_cache_key, onnx.save_graph, onnx.split_model)),
+                              GraphSaver(onnx.graph_cache_key, onnx.save_graph, onnx.split_model), defers=True),
     ModelFormat.TORCHSCRIPT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, None),
     ModelFormat.TORCH_EXPORT: Runtime("torch", torch_rt.TorchModel, torch_rt.prime, torch_rt.export_signature),
 }
@@ -63,10 +64,15 @@ def prepare_runtime(fmt: ModelFormat, device: DeviceSpec) -> None:
     _primed.add((rt.kind, device.name))
 
 
-def load_model(source: ModelSource, manifest: ModelManifest, device: DeviceSpec) -> LoadedModel:
+def load_model(source: ModelSource, manifest: ModelManifest, device: DeviceSpec, *,
+               defer_prepack: bool = False) -> LoadedModel:
     """`source` is the model file, its bytes (read into memory from storage, or the host-RAM tier's), or a
-    graph the runtime saved optimized (only for runtimes with `graphs`)."""
-    return RUNTIMES[manifest.format].load(source, manifest, device)
+    graph the runtime saved optimized (only for runtimes with `graphs`). `defer_prepack`: the runtime may
+    answer before it has repacked the weights for its kernels, and finish in `upgrade` (model.upgrade_pending)."""
+    rt = RUNTIMES[manifest.format]
+    if defer_prepack and rt.defers:
+        return rt.load(source, manifest, device, defer_prepack=True)
+    return rt.load(source, manifest, device)
 
 
 def graph_saver(fmt: ModelFormat) -> GraphSaver | None:

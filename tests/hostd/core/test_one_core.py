@@ -109,9 +109,11 @@ class FakeLoader:
         self.disk = SimpleNamespace(used=0)
         self.models: dict[str, LoadedModel] = {}  # model name -> what loading it gives (default Identity)
         self.stall: threading.Event | None = None
+        self.reserves: list[int] = []  # what each load was told the version took when last loaded
 
-    def load(self, m: ModelManifest, progress=None) -> LoadResult:
+    def load(self, m: ModelManifest, progress=None, reserve_bytes: int = 0) -> LoadResult:
         self.calls += 1
+        self.reserves.append(reserve_bytes)
         if self.fail:
             raise RuntimeError("corrupt weights")
         if self.stall is not None:  # storage that accepts the request and then sends nothing
@@ -156,6 +158,21 @@ async def _single_flight_two_waiters_one_load(mgr, clock, loader):
     assert type(r1._gate.core) is Dispatcher  # no host gate here: the runner's own, the same core class
     assert e.life is mgr.residency.life(e.key) and type(mgr.residency) is Residency
     await mgr.close()
+
+
+async def _a_reload_is_told_what_the_last_load_measured(mgr, clock, loader):
+    e = _entry(mgr, "a")
+    await mgr.ready_runner(e)
+    await mgr.unload(e)
+    await mgr.ready_runner(e)
+    # the first load knows nothing and is whole before it answers; the reload may defer work (prepacking)
+    # because room for what the model took last time is already made
+    assert loader.reserves == [0, 100] and e.memory_bytes == 100
+    await mgr.close()
+
+
+def test_a_reload_is_told_what_the_last_load_measured(host):
+    asyncio.run(_a_reload_is_told_what_the_last_load_measured(*host))
 
 
 async def _failed_load_backs_off_on_the_virtual_clock(mgr, clock, loader):

@@ -40,12 +40,16 @@ def _out(m, x):
     return m.run({"input": x}, ["output"])["output"]
 
 
+def _in_place(src):
+    """The file split for loading in place: a graph whose weights are read where they lie in a buffer."""
+    split = onnx_rt.split_model(memoryview(bytearray(src.read_bytes())))
+    assert split is not None
+    return split[0]
+
+
 def test_a_deferred_model_answers_as_ort_before_and_after_its_upgrade(model):
     src, manifest, x, want = model
-    buf = bytearray(src.read_bytes())
-    split = onnx_rt.split_model(memoryview(buf))
-    assert split is not None
-    m = onnx_rt.OnnxModel(split[0], manifest, DEV, defer_prepack=True)
+    m = onnx_rt.OnnxModel(_in_place(src), manifest, DEV, defer_prepack=True)
     assert m.upgrade_pending
     np.testing.assert_allclose(_out(m, x), want, rtol=1e-5, atol=1e-6)
     m.upgrade()
@@ -59,18 +63,12 @@ def test_only_weights_read_in_place_on_cpu_are_deferred(model):
     src, manifest, x, want = model
     # the file's bytes: a session copies their weights, a second one would copy them again
     assert not onnx_rt.OnnxModel(src.read_bytes(), manifest, DEV, defer_prepack=True).upgrade_pending
-    buf = bytearray(src.read_bytes())
-    split = onnx_rt.split_model(memoryview(buf))
-    assert split is not None
-    assert not onnx_rt.OnnxModel(split[0], manifest, DEV).upgrade_pending  # not asked
+    assert not onnx_rt.OnnxModel(_in_place(src), manifest, DEV).upgrade_pending  # not asked
 
 
 def test_an_upgrade_after_close_leaves_the_model_closed(model):
     src, manifest, x, _ = model
-    buf = bytearray(src.read_bytes())
-    split = onnx_rt.split_model(memoryview(buf))
-    assert split is not None
-    m = onnx_rt.OnnxModel(split[0], manifest, DEV, defer_prepack=True)
+    m = onnx_rt.OnnxModel(_in_place(src), manifest, DEV, defer_prepack=True)
     m.close()
     m.upgrade()
     assert not m.upgrade_pending

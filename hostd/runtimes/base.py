@@ -74,8 +74,8 @@ class LoadedModel(abc.ABC):
         return False
 
     def upgrade(self) -> None:  # noqa: B027 - a default: most runtimes defer nothing
-        """Do what the load deferred, off the request path (the loader's background thread), while the model
-        answers; safe to call after close (then it does nothing)."""
+        """Do what the load deferred, off the request path (on a load worker, hostd/loader.py), while the
+        model answers; safe to call after close (then it does nothing)."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -347,6 +347,10 @@ def calibrate_cluster(hosts: Sequence[Sequence[HostdScrape]], routers: Sequence[
         fixed, per_byte = _fit_counted([s["count"] for s in locked], [s["bytes"] for s in locked],
                                        [s["locked_seconds"] for s in locked])
         costs.update(load_fixed_s=fixed, locked_s_per_byte=per_byte, first_fixed_s=0.0)
+    prepacks = sum(delta(h, "phase_counts", "prepack") for h in hosts)
+    if prepacks > 0 and samples:  # reloads prepacked after READY: seconds per byte of a mean load
+        mean_bytes = sum(s["bytes"] for s in samples) / max(sum(s["count"] for s in samples), 1.0)
+        costs["prepack_s_per_byte"] = sum(delta(h, "phases", "prepack") for h in hosts) / prepacks / max(mean_bytes, 1.0)
     not_ram = sum(s["count"] - s["ram"] for s in samples)
     per_byte_tier: dict[str, float] = {"host_ram": 0.0} if samples else {}
     if not_ram > 0:

@@ -121,6 +121,7 @@ class SimHost:
         self.measured: dict[int, int] = {}  # model -> the size its last load measured (size_spread)
         self.loading_size: dict[int, int] = {}  # model -> the size the load under way will measure
         self.ready_at: dict[int, float] = {}  # model -> when its last load ended (its waiters' load wait)
+        self.loaded_before: set[int] = set()  # models this host has loaded: their reloads prepack after READY
 
     @property
     def slots(self) -> ExecutionSlots:
@@ -275,7 +276,7 @@ class Cluster:
             self._evict(host, plan.evict)
             start = max(now, host.loader_free_at)
             done = start + self.costs.load_seconds(spec.size, tier)
-            host.loader_free_at = done
+            host.loader_free_at = done + self._prepack_s(host, m)  # the loader stays busy after READY
             st.load_s += done - start
             self.loop.schedule(done, self._loaded, host, m)
             return True
@@ -285,6 +286,13 @@ class Cluster:
         st.load_s += load.first_s + load.locked_s
         self._close_all(host, plan.evict, load, now)  # the victims closed one after the other, then the load
         return True
+
+    def _prepack_s(self, host: SimHost, m: int) -> float:
+        """The prepacking a load of `m` leaves for after READY: a reload's (this host loaded `m` before), else 0.
+        Marks `m` loaded on this host."""
+        again = m in host.loaded_before
+        host.loaded_before.add(m)
+        return self.wl.models[m].size * self.costs.prepack_s_per_byte if again else 0.0
 
     # ---- pool mode: hostd's load path ----------------------------------------------------------------
     def _locked_draw(self, now: float) -> float:
@@ -336,7 +344,10 @@ class Cluster:
                 self.load_waits["lock_wait"].append(job.lock_wait)
                 self.load_waits["locked"].append(job.locked_s)
                 self.load_waits["total"].append(self.loop.now - began)
+                prepack = self._prepack_s(host, m)
                 self._loaded(host, m)
+                if prepack > 0:  # a reload answers first, then prepacks under the lock (hostd/loader.py)
+                    self._pool(host, host.pool.submit(Job("prepack", None, 0.0, prepack), self.loop.now))  # type: ignore[union-attr]
                 if tier != "host_ram" and self.cfg.host_ram_bytes > 0:  # the RAM-tier fill, off the request path
                     fill = Job("fill", None, self.wl.models[m].size * self.costs.fill_s_per_byte)
                     self._pool(host, host.pool.submit(fill, self.loop.now))  # type: ignore[union-attr]

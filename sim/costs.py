@@ -30,7 +30,9 @@ one load at a time per host (load_fixed_s + size x locked_s_per_byte: deserializ
 A load sample with "locked_seconds" and "first_seconds" (hostd's mmhost_model_load_path_seconds{stage="locked"}
 and its fetch + verify phases) fits the two stages apart; one with "seconds" only fits their sum as before.
 "unload_s" (direct): an unload's close, on the load pool; "fill_s_per_byte" (direct): a RAM-tier fill after a
-load from disk or storage, on the load pool. Both 0 by default. "locked_spread" (direct): how the locked stage
+load from disk or storage, on the load pool. Both 0 by default. "prepack_s_per_byte" (direct, 0 by default):
+a reload's weights prepacked after it answered (hostd/loader.py), on a load worker under the loader's lock,
+for a model this host loaded before. "locked_spread" (direct): how the locked stage
 varies from load to load (on a shared CPU it does, a lot): [[multiplier, cumulative probability], ...], an
 inverse CDF the full engine draws a multiplier from per load (mean 1; sim/calibrate.py builds it from hostd's
 locked-stage histogram). Empty by default: every load takes its mean. "locked_corr" and "locked_window_s"
@@ -73,6 +75,7 @@ class CostModel:
     locked_s_per_byte: float = 0.0  # under the loader's lock, per byte (deserialize)
     unload_s: float = 0.0  # closing an evicted model, on the load pool
     fill_s_per_byte: float = 0.0  # copying a loaded model's file into the RAM tier, on the load pool
+    prepack_s_per_byte: float = 0.0  # a reload's weights prepacked after it answered, under the loader's lock
     locked_spread: tuple[tuple[float, float], ...] = ()  # (multiplier, cumulative probability), mean 1
     locked_corr: float = 0.0  # chance that a load's draw is its window's (streaks of slow loads)
     locked_window_s: float = 1.0
@@ -224,6 +227,7 @@ def calibrate(data: Mapping[str, Any] | str | Path) -> CostModel:
                    request_overhead_s=overhead, first_fixed_s=first_fixed, locked_s_per_byte=locked_per_byte,
                    unload_s=float(data.get("unload_s", cm.unload_s)),
                    fill_s_per_byte=float(data.get("fill_s_per_byte", cm.fill_s_per_byte)),
+                   prepack_s_per_byte=float(data.get("prepack_s_per_byte", cm.prepack_s_per_byte)),
                    locked_spread=_spread(data, "locked_spread"),
                    locked_corr=float(data.get("locked_corr", cm.locked_corr)),
                    locked_window_s=float(data.get("locked_window_s", cm.locked_window_s)),

@@ -20,13 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 @dataclass
 class HostdScrape:
-    load_seconds: float = 0.0  # all phases of all loads
+    load_seconds: float = 0.0  # all phases of all loads on their way to READY (not the prepack after it)
     loads: dict[str, float] = field(default_factory=dict)  # "tenant/model" -> successful loads
     tiers: dict[str, float] = field(default_factory=dict)  # "host_ram" / "disk" / "storage" -> loads from there
     compute: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [seconds, batches]
     rows: dict[str, list[float]] = field(default_factory=dict)  # "tenant/model" -> [rows, batches]
     memory: dict[str, int] = field(default_factory=dict)  # "tenant/model/version" -> measured bytes (resident)
     phases: dict[str, float] = field(default_factory=dict)  # load phase -> seconds (fetch, verify, deserialize, ...)
+    phase_counts: dict[str, float] = field(default_factory=dict)  # load phase -> how many times it ran
     path: dict[str, float] = field(default_factory=dict)  # load-path stage -> seconds (evict, pool_wait, lock_wait, ...)
     requests: float = 0.0  # answered by this hostd (request-duration count)
     request_s: float = 0.0  # their arrival-to-answer seconds
@@ -52,8 +53,11 @@ def parse_hostd_metrics(text: str) -> HostdScrape:
         for x in fam.samples:
             lb, v = x.labels, x.value
             if x.name == "mmhost_model_load_duration_seconds_sum":
-                s.load_seconds += v
+                if lb["phase"] != "prepack":  # after READY, in the background: no load waits for it
+                    s.load_seconds += v
                 s.phases[lb["phase"]] = s.phases.get(lb["phase"], 0.0) + v
+            elif x.name == "mmhost_model_load_duration_seconds_count":
+                s.phase_counts[lb["phase"]] = s.phase_counts.get(lb["phase"], 0.0) + v
             elif x.name == "mmhost_model_load_path_seconds_sum":
                 s.path[lb["stage"]] = v
             elif x.name == "mmhost_model_load_path_seconds_count":

@@ -311,3 +311,12 @@ def test_the_loaded_spread_by_wait_has_bins_of_equal_counts_by_load_wait():
     assert len(by_wait([0.001] * 5, [0.1] * 5, bins=2)) == 2
     # fewer than 3 x 20 that waited: no bins, the one loaded spread
     assert "request_overhead_by_wait" not in overhead_spreads_from_log(ready + waited[:59])
+
+
+def test_reloads_prepacked_after_ready_calibrate_their_own_cost_per_byte():
+    s = series()
+    # two reloads prepacked, 0.2 s in all: 0.1 s each, per byte of the mean load (25 MB over 9 loads)
+    s[-1].phases["prepack"], s[-1].phase_counts["prepack"] = 0.2, 2.0
+    c = calibrate_cluster([s])["costs"]
+    assert c["prepack_s_per_byte"] == pytest.approx(0.1 / (25 * MB / 9))
+    assert "prepack_s_per_byte" not in calibrate_cluster([series()])["costs"]  # a hostd that defers nothing

@@ -99,3 +99,17 @@ def test_sim_calibrate_from_a_real_hostd_writes_a_config_sim_run_accepts(host, t
     bad = runner.invoke(app, ["sim", "calibrate", "--from-metrics", f"127.0.0.1:{host.port}", "--samples", "1",
                               "--timeout", "1", "--out", str(tmp_path / "x.yaml")])
     assert bad.exit_code != 0 and not (tmp_path / "x.yaml").exists()
+
+
+def test_a_scrape_keeps_the_prepack_after_ready_out_of_the_loads_own_seconds():
+    page = "\n".join([
+        "# TYPE mmhost_model_load_duration_seconds histogram",
+        'mmhost_model_load_duration_seconds_count{phase="deserialize"} 3.0',
+        'mmhost_model_load_duration_seconds_sum{phase="deserialize"} 0.3',
+        'mmhost_model_load_duration_seconds_count{phase="prepack"} 2.0',
+        'mmhost_model_load_duration_seconds_sum{phase="prepack"} 0.1',
+    ]) + "\n"
+    s = parse_hostd_metrics(page)
+    assert s.load_seconds == pytest.approx(0.3)  # no load waited for the prepack
+    assert s.phases == {"deserialize": pytest.approx(0.3), "prepack": pytest.approx(0.1)}
+    assert s.phase_counts == {"deserialize": 3.0, "prepack": 2.0}

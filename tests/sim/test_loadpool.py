@@ -1,6 +1,8 @@
 """hostd's load path on a virtual clock: the pool (sim/loadpool.py) alone, then in the full engine (load
 queueing, the loader's lock, eviction waits, a request for a closing model, the router's retry elsewhere)."""
 
+from dataclasses import replace
+
 import pytest
 
 from sim.cluster import Cluster, ClusterConfig, default_placement
@@ -175,3 +177,20 @@ def test_measured_sizes_that_vary_from_load_to_load_evict_more():
     # a reserved 4, measured 6; b's 4 more pass the high watermark (9.5): a goes, down to the low one
     assert set(h.cache.residents) == {1} and h.cache.used == 6 and grown.evictions["capacity"] == 1
     assert h.measured == {0: 6, 1: 6}  # what the next reservation of each will ask for
+
+
+def test_a_reload_prepacks_under_the_lock_after_it_answered_and_a_first_load_does_not():
+    wl = make_workload(["a", "b", "a", "b"], {"a": 6, "b": 6})  # one model fits at a time
+    wl.ts[:] = [0.0, 2.0, 4.0, 5.3]
+    quick = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                      compute_default=ComputeCost(0.1, 0.0), unload_s=0.1, prepack_s_per_byte=0.1)
+    c = Cluster(wl, ClusterConfig(device_bytes=6, load_workers=4), quick)
+    c.run()
+    # a 0-1 (first), b 2.1-3.1 (first), a again 4.1-5.1, answered 5.2, then prepacks 5.1-5.7 under the lock.
+    # b asked at 5.3 closes a by 5.4 and waits for the lock until 5.7: loads 5.7-6.7, answered at 6.8
+    assert c.load_waits["lock_wait"] == [0.0, 0.0, 0.0, pytest.approx(0.3)]
+    assert latencies(c) == [pytest.approx(x) for x in (1.1, 1.2, 1.2, 1.5)]
+    none = Cluster(wl, ClusterConfig(device_bytes=6, load_workers=4), replace(quick, prepack_s_per_byte=0.0))
+    none.run()
+    assert none.load_waits["lock_wait"] == [0.0, 0.0, 0.0, 0.0]
+    assert latencies(none) == [pytest.approx(x) for x in (1.1, 1.2, 1.2, 1.2)]

@@ -65,6 +65,20 @@ def wait_for_prepacks(h: HostdProc, n: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def reload_phases(h: HostdProc) -> dict[str, float]:
+    """Mean seconds per load of the phases a reload runs (deserialize, warm-up) and of the prepack that may
+    follow it, from hostd's mmhost_model_load_duration_seconds (its cold load included in the first two)."""
+    from tests.hostd_proc import metric_value
+
+    text = h.metrics_text()
+    out = {}
+    for phase in ("deserialize", "warmup", "prepack"):
+        n = metric_value(text, "mmhost_model_load_duration_seconds_count", phase=phase)
+        if n:
+            out[phase] = metric_value(text, "mmhost_model_load_duration_seconds_sum", phase=phase) / n
+    return out
+
+
 def graph_hits(h: HostdProc) -> float:
     from tests.hostd_proc import metric_value
 
@@ -106,6 +120,7 @@ def main() -> None:
             h.stub.RepositoryModelUnload(unload)
             ram.append(timed(lambda: h.stub.ModelInfer(req, timeout=120)))
             wait_for_prepacks(h, i + 1)
+        ram_phases = reload_phases(h)
         h.stop()  # waits for its background work (the disk tier's copy, the saved graph)
         # a second hostd on the same disk tier, RAM tier off: reloads come from local disk
         h2 = HostdProc(s3.store, work / "h2", env=env, args=["--ram-cache", "0", "--device-memory", "2GiB",
@@ -126,6 +141,8 @@ def main() -> None:
     print(f"reload from disk    {d * 1000:8.1f} ms   cold/disk     = {cold / d:5.1f}x   "
           f"({int(from_graph)} of {a.repeat + 1} loads from the saved graph)")
     print(f"reload from RAM     {r * 1000:8.1f} ms   cold/RAM      = {cold / r:5.1f}x")
+    print("    hostd's phases, mean per load on that hostd: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in ram_phases.items())
+          + " (prepack: after a reload answered, in the background)")
     print(f"already resident    {resident * 1000:8.1f} ms   cold/resident = {cold / resident:5.1f}x")
     print("background work after the cold load (disk copy, saved graph): "
           + (f"done {waited:.2f} s after the resident requests" if waited is not None else "no saved graph"))

@@ -6,6 +6,7 @@ model's last load; a model closed before its upgrade stays closed."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime as ort
@@ -25,6 +26,7 @@ from tests.hostd_proc import HostdProc, metric_value
 
 DEV = DeviceSpec(ort_intra_op_threads=1)
 DIMS = (16, 256, 256, 4)
+BIG_DIMS = (16, 1536, 1536, 4)
 
 
 @pytest.fixture
@@ -99,8 +101,13 @@ def test_the_loader_defers_only_reloads_and_counts_the_last_load_s_memory(model,
     again.model.close()
 
 
-def test_a_reload_on_a_real_hostd_is_prepacked_in_the_background(model, tmp_path):
-    src, _, x, want = model
+def test_a_reload_on_a_real_hostd_is_prepacked_in_the_background(tmp_path):
+    # large enough (9 MB) that prepacking takes a while: the requests below run across the swap
+    src = tmp_path / "big.onnx"
+    build_onnx_mlp(src, BIG_DIMS)
+    x = np.random.default_rng(3).random((5, BIG_DIMS[0]), dtype=np.float32)
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"input": x})[0]
     store = tmp_path / "store"
     repo = ModelRepository(LocalStorage(store))
     publish_version(repo, onnx_manifest("demo", "m", "1", src, "model.onnx"), {"model.onnx": src})
@@ -120,7 +127,19 @@ def test_a_reload_on_a_real_hostd_is_prepacked_in_the_background(model, tmp_path
         np.testing.assert_allclose(answer(), want, rtol=1e-5, atol=1e-6)
         assert prepacks() == 0  # the first load prepacked before it answered
         h.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="m"))
-        np.testing.assert_allclose(answer(), want, rtol=1e-5, atol=1e-6)
+        # requests of their own rows, batched together while the sessions are swapped: each gets its own answer
+        rows = [np.random.default_rng(10 + i).random((1 + i % 3, BIG_DIMS[0]), dtype=np.float32) for i in range(24)]
+
+        def own(mine: np.ndarray) -> None:
+            r = pb.ModelInferRequest(model_name="m")
+            r.inputs.add(name="input", datatype="FP32", shape=list(mine.shape))
+            r.raw_input_contents.append(mine.tobytes())
+            got = np.frombuffer(h.stub.ModelInfer(r, timeout=60).raw_output_contents[0], np.float32)
+            np.testing.assert_allclose(got.reshape(len(mine), -1), sess.run(None, {"input": mine})[0],
+                                       rtol=1e-5, atol=1e-6)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(own, rows))
         deadline = time.monotonic() + 30
         while prepacks() < 1 and time.monotonic() < deadline:
             time.sleep(0.05)

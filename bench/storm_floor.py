@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from bench._common import stop
+from bench._common import free_port, stop
 from bench._tenants import Outcomes
 from bench.storms import BIG, MiB, ROWS, _request, calm_elsewhere, calm_thread, run_storms, storm
 from ground.units import parse_bytes
@@ -63,13 +62,8 @@ def sink(listen: str, storm_listen: str | None) -> None:
     asyncio.run(_serve(listen))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_serving(addr: str, timeout: float = 30) -> None:
+    """Until `addr` accepts a connection (bench/_common.wait_serving asks grpc.health, which the sink has not)."""
     with grpc.insecure_channel(addr) as ch:
         grpc.channel_ready_future(ch).result(timeout=timeout)
 
@@ -90,7 +84,7 @@ def floors(mib: int, seconds: float, nginx: bool) -> list[tuple[str, Outcomes, O
     concurrency = max(1, ROUTER_TENANT_BUDGET // len(body))
     out = []
     with tempfile.TemporaryDirectory() as d:
-        port, storm_port = _free_port(), _free_port()
+        port, storm_port = free_port(), free_port()
         addr, storm_addr = f"127.0.0.1:{port}", f"127.0.0.1:{storm_port}"
         procs = [subprocess.Popen([sys.executable, "-m", "bench.storm_floor", "sink", addr, storm_addr])]
         try:
@@ -99,12 +93,12 @@ def floors(mib: int, seconds: float, nginx: bool) -> list[tuple[str, Outcomes, O
             out.append(("sink", *measure(addr, addr, body, concurrency, seconds)))
             if nginx:
                 from bench.nginx import start_nginx
-                front = f"127.0.0.1:{_free_port()}"
+                front = f"127.0.0.1:{free_port()}"
                 procs.append(start_nginx(front, addr, Path(d) / "nginx"))
                 _wait_serving(front)
                 out.append(("nginx -> sink", *measure(front, front, body, concurrency, seconds)))
             out.append(("sink, storm on its own loop", *measure(addr, storm_addr, body, concurrency, seconds)))
-            proxy = f"127.0.0.1:{_free_port()}"
+            proxy = f"127.0.0.1:{free_port()}"
             procs.append(subprocess.Popen([sys.executable, "-m", "bench.passthrough", proxy, addr, "--read-in-handler"]))
             _wait_serving(proxy)
             out.append(("grpc.aio pass-through -> sink", *measure(proxy, proxy, body, concurrency, seconds)))

@@ -137,7 +137,7 @@ class Loader:
         self._writes: dict[tuple[str, str, str], Future] = {}
         self._writes_lock = threading.Lock()
         self._upgrades = upgrades or ThreadPoolExecutor(1, thread_name_prefix="upgrade")
-        self._upgrading: set[Future] = set()
+        self._upgrading: set[Future] = set()  # upgrades queued or running; under _writes_lock, as _writes is
         self._on_phase = on_phase
 
     # ---- storage ---------------------------------------------------------------------------------

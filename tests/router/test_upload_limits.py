@@ -62,11 +62,21 @@ def test_a_worker_flooding_its_output_is_killed_and_the_model_refused(tmp_path, 
 
 
 def test_a_child_of_the_worker_holding_its_pipes_does_not_hold_the_upload(tmp_path):
-    """The worker hangs and leaves a child with its stdout and stderr: refused at the timeout all the same."""
-    pidfile = tmp_path / "child"
-    code = (f"import os, sys, time; sys.stdin.read()\n"
-            f"if os.fork() == 0:\n    open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60); os._exit(0)\n"
-            f"time.sleep(60)")
+    """The worker hangs and leaves a child with its stdout and stderr: refused at the timeout all the same.
+    Both hold on until the test says it is done (a file it writes at the end; at most 60 s if it never does)."""
+    pidfile, done = tmp_path / "child", tmp_path / "done"
+    code = f"""import os, sys, time
+sys.stdin.read()
+def hold():
+    t = time.monotonic()
+    while not os.path.exists({str(done)!r}) and time.monotonic() - t < 60:
+        time.sleep(0.05)
+if os.fork() == 0:
+    open({str(pidfile)!r}, "w").write(str(os.getpid()))
+    hold()
+    os._exit(0)
+hold()
+"""
     u = _uploads(code, timeout_s=1.0)
     t0 = time.monotonic()
     try:
@@ -74,6 +84,7 @@ def test_a_child_of_the_worker_holding_its_pipes_does_not_hold_the_upload(tmp_pa
             asyncio.run(u._validate({"model": "m"}))
         assert e.value.reason == "model_invalid" and time.monotonic() - t0 < 20
     finally:
+        done.write_text("")
         if pidfile.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)

@@ -18,13 +18,34 @@ from ground.serving import wait_serving as wait
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-__all__ = ["ROOT", "PLAINTEXT_DEV", "free_port", "wait_serving", "start_hostd", "stop", "closed_loop", "s3_with_model"]
+__all__ = ["ROOT", "PLAINTEXT_DEV", "free_port", "wait_serving", "start_hostd", "stop", "wait_model_ready", "closed_loop", "s3_with_model"]
 # what benches' hostds and routers run with (no certificates; direct hostd calls act as the default tenant)
 PLAINTEXT_DEV = {"MMHOST_HOSTD_PLAINTEXT": "true", "MMHOST_HOSTD_DEV_MODE": "true", "MMHOST_ROUTER_PLAINTEXT": "true"}
 
 
 def wait_serving(addr: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     wait(addr, proc, "server", timeout=timeout)
+
+
+def wait_model_ready(addr: str, model: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Poll v2 ModelReady until the model is ready; RuntimeError with the log's tail if the process exits."""
+    import tritonclient.grpc as gc
+
+    client = gc.InferenceServerClient(addr)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"exited with {proc.returncode}: {log.read_text(errors='replace')[-1500:]}")
+            try:
+                if client.is_model_ready(model):
+                    return
+            except Exception:  # noqa: BLE001 - not listening yet
+                pass
+            time.sleep(0.2)
+    finally:
+        client.close()
+    raise TimeoutError(f"{model} on {addr} not ready after {timeout:.0f}s: {log.read_text(errors='replace')[-1500:]}")
 
 
 def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:

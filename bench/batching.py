@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import pytriton_env  # noqa: E402
-from bench._common import ROOT, closed_loop, free_port, start_hostd, stop  # noqa: E402
+from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_model_ready  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
 from catalog.publish import publish_version  # noqa: E402
@@ -51,27 +50,6 @@ from catalog.repository import ModelRepository  # noqa: E402
 MAX_BATCH = 32
 TARGET_C32_THROUGHPUT = 1.25  # hostd / Triton's core, concurrency 32 (and p99 no worse)
 TARGET_C1_P50 = 1.1  # hostd / plain per-request server, concurrency 1
-
-
-def wait_model_ready(addr: str, model: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Poll v2 ModelReady until the model is ready; RuntimeError with the log's tail if the process exits."""
-    import tritonclient.grpc as gc
-
-    client = gc.InferenceServerClient(addr)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"exited with {proc.returncode}: {log.read_text(errors='replace')[-1500:]}")
-            try:
-                if client.is_model_ready(model):
-                    return
-            except Exception:  # noqa: BLE001 - not listening yet
-                pass
-            time.sleep(0.2)
-    finally:
-        client.close()
-    raise TimeoutError(f"{model} on {addr} not ready after {timeout:.0f}s: {log.read_text(errors='replace')[-1500:]}")
 
 
 def start_group(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_serving
+from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_model_ready, wait_serving
 
 NOISY_DIMS = (256, 3500, 3500, 10)
 LIGHT_DIMS = (64, 256, 8)
@@ -183,8 +183,20 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str)
     return proc, addr
 
 
+def start_plain(work: Path) -> tuple[subprocess.Popen, str]:
+    """bench/plain_server.py serving the light model alone: one ORT session on its own event loop, nothing of
+    hostd's (no batcher, no slots, no tenancy)."""
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    log = open(work / f"plain-{port}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "bench.plain_server", addr, str(work / "light.onnx"), "light"],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    wait_model_ready(addr, "light", proc, work / f"plain-{port}.log", timeout=120)
+    return proc, addr
+
+
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
-        fast_lane: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        fast_lane: bool = True, floor: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
     from router.tenants import FileTenants
 
@@ -207,16 +219,17 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                     asyncio.run(closed_loop(host, m, "input", _x(NOISY_DIMS if m == "noisy" else LIGHT_DIMS), 4,
                                             0.3, warmup_s=0.0, headers=direct[t]))
 
-            def phase(name: str, addr: str, light_h: dict, noisy_h: dict | None) -> None:
+            def phase(name: str, addr: str, light_h: dict, noisy_h: dict | None, noisy_addr: str | None = None,
+                      in_hostd: bool = True) -> None:
                 before = stats(host, "light", "acme")
-                p = start_noisy(addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
+                p = start_noisy(noisy_addr or addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
                 lag0 = loop_lag(mport)
                 r = light(addr, seconds, light_h)
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(mport))
                 nz = noisy_result(p) if p is not None else None
-                rows.append((name, r, stats(host, "light", "acme").minus(before), nz))
+                rows.append((name, r, stats(host, "light", "acme").minus(before) if in_hostd else None, nz))
 
             def noisy_alone(name: str, addr: str, h: dict, tenant: str) -> None:
                 before = stats(host, "noisy", tenant)
@@ -230,6 +243,15 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
             live = (live_probe(host, min(seconds, 3.0), None), live_probe(host, min(seconds, 3.0), direct["other"]))
             print(f"hostd ServerLive p50/p99 ms: alone {live[0]['p50']:.2f}/{live[0]['p99']:.2f}, beside the noisy "
                   f"model {live[1]['p50']:.2f}/{live[1]['p99']:.2f} (the event loop and the cores, no model)", flush=True)
+            if floor:  # the light model in a process of its own: what the cores alone allow it beside the noisy load
+                plain = start_plain(work)
+                try:
+                    light(plain[1], 1.0, {})
+                    phase("own process: light alone", plain[1], {}, None, in_hostd=False)
+                    noisy_alone("own process: noisy alone", host, direct["other"], "other")
+                    phase("own process: beside noisy", plain[1], {}, direct["other"], noisy_addr=host, in_hostd=False)
+                finally:
+                    stop(plain[0])
             if not via_router:
                 return rows
             router, raddr = start_router(work, host, tenants, store)
@@ -294,7 +316,7 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
 
 
 def _path(phase: str) -> str:
-    """The phases' common prefix: '' (direct), 'router: ' or 'fast lane: '."""
+    """The phases' common prefix: '' (direct), 'own process: ', 'router: ' or 'fast lane: '."""
     return phase.split(": ", 1)[0] + ": " if ": " in phase else ""
 
 
@@ -310,11 +332,13 @@ def main() -> None:
     ap.add_argument("--nice-noisy", type=int, default=0, help="run the noisy client under `nice -n N` (its CPU "
                     "use stands for remote callers', not the host's); 0 = same priority as everything else")
     ap.add_argument("--direct-only", action="store_true", help="skip the phases through the router")
+    ap.add_argument("--no-floor", action="store_true", help="skip the phases with the light model on a plain "
+                    "server process of its own (bench/plain_server.py) beside the noisy model on hostd")
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
-    rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane)
+    rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

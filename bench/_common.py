@@ -48,12 +48,14 @@ def wait_model_ready(addr: str, model: str, proc: subprocess.Popen, log: Path, t
     raise TimeoutError(f"{model} on {addr} not ready after {timeout:.0f}s: {log.read_text(errors='replace')[-1500:]}")
 
 
-def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None,
+                launcher: tuple[str, ...] = ("-m", "mmhost.cli")) -> tuple[subprocess.Popen, str]:
+    """`launcher`: what runs hostd's CLI (bench/hostd_twin.py wraps it)."""
     port = free_port()
     addr = f"127.0.0.1:{port}"
     log = open(workdir / f"hostd-{port}.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mmhost.cli", "hostd", "--listen", addr, "--store", store, "--metrics-port", "0",
+        [sys.executable, *launcher, "hostd", "--listen", addr, "--store", store, "--metrics-port", "0",
          "--cache-dir", str(workdir / f"cache-{port}"), "--log-level", "WARNING", *args],
         # plaintext, and dev mode: benches call hostds directly, without mmhost-tenant (the default tenant)
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **PLAINTEXT_DEV, **(env or {})},

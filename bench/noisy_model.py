@@ -196,7 +196,7 @@ def start_plain(work: Path) -> tuple[subprocess.Popen, str]:
 
 
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
-        fast_lane: bool = True, floor: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = ()) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
     from router.tenants import FileTenants
 
@@ -220,21 +220,21 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                                             0.3, warmup_s=0.0, headers=direct[t]))
 
             def phase(name: str, addr: str, light_h: dict, noisy_h: dict | None, noisy_addr: str | None = None,
-                      in_hostd: bool = True) -> None:
+                      in_hostd: bool = True, lag_port: int | None = None) -> None:
                 before = stats(host, "light", "acme")
                 p = start_noisy(noisy_addr or addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
-                lag0 = loop_lag(mport)
+                lag0 = loop_lag(lag_port or mport)
                 r = light(addr, seconds, light_h)
-                r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(mport))
+                r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
                 rows.append((name, r, stats(host, "light", "acme").minus(before) if in_hostd else None, nz))
 
-            def noisy_alone(name: str, addr: str, h: dict, tenant: str) -> None:
-                before = stats(host, "noisy", tenant)
+            def noisy_alone(name: str, addr: str, h: dict, tenant: str, on: str | None = None) -> None:
+                before = stats(on or host, "noisy", tenant)
                 nz = noisy_result(start_noisy(addr, seconds, h))
-                rows.append((name, {}, stats(host, "noisy", tenant).minus(before), nz))
+                rows.append((name, {}, stats(on or host, "noisy", tenant).minus(before), nz))
 
             phase("light alone", host, direct["acme"], None)
             noisy_alone("noisy alone", host, direct["acme"], "acme")
@@ -252,6 +252,26 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                     phase("own process: beside noisy", plain[1], {}, direct["other"], noisy_addr=host, in_hostd=False)
                 finally:
                     stop(plain[0])
+            for swi in twin:  # a loop of its own inside hostd's process (bench/hostd_twin.py)
+                tport, tm = free_port(), free_port()
+                taddr = f"127.0.0.1:{tport}"
+                env = {"BENCH_SWITCH_INTERVAL_S": str(swi)} if swi else {}
+                twin_hostd, thost = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant",
+                                                "acme", "--metrics-port", str(tm), *hostd_args, env=env,
+                                                launcher=("-m", "bench.hostd_twin", taddr, str(work / "light.onnx"),
+                                                          "light"))
+                try:
+                    wait_model_ready(taddr, "light", twin_hostd, work / f"hostd-{thost.rsplit(':', 1)[1]}.log", timeout=60)
+                    for _ in range(3):
+                        asyncio.run(closed_loop(thost, "noisy", "input", _x(NOISY_DIMS), 4, 0.3, warmup_s=0.0,
+                                                headers=direct["other"]))
+                    light(taddr, 1.0, {})
+                    tag = f"same process{f' swi {swi * 1000:g} ms' if swi else ''}: "
+                    phase(tag + "light alone", taddr, {}, None, in_hostd=False, lag_port=tm)
+                    noisy_alone(tag + "noisy alone", thost, direct["other"], "other", on=thost)
+                    phase(tag + "beside noisy", taddr, {}, direct["other"], noisy_addr=thost, in_hostd=False, lag_port=tm)
+                finally:
+                    stop(twin_hostd)
             if not via_router:
                 return rows
             router, raddr = start_router(work, host, tenants, store)
@@ -334,11 +354,16 @@ def main() -> None:
     ap.add_argument("--direct-only", action="store_true", help="skip the phases through the router")
     ap.add_argument("--no-floor", action="store_true", help="skip the phases with the light model on a plain "
                     "server process of its own (bench/plain_server.py) beside the noisy model on hostd")
+    ap.add_argument("--same-process", action="append", type=float, default=[], metavar="SWITCH_INTERVAL_S",
+                    help="phases with the light model on a loop of its own inside a second hostd's process "
+                    "(bench/hostd_twin.py), the interpreter's switch interval set to this (0: Python's default); "
+                    "repeat for several")
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
-    rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor)
+    rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
+               tuple(args.same_process))
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

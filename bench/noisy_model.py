@@ -6,8 +6,11 @@ with an unlimited noisy tenant, and through the router with its fast lane (fast_
 
 Models: light = ONNX MLP 64-256-8; noisy = ONNX MLP 256-3500-3500-10 (the reference model), batches of up
 to 32. Phases (each `--seconds` long, one after the other): light alone; noisy alone; light beside the noisy
-model of its own tenant; light beside the noisy model of another tenant; through the router: light alone,
-noisy alone, light beside the unlimited noisy tenant.
+model of its own tenant; light beside the noisy model of another tenant; the light model on a plain server
+process of its own (bench/plain_server.py) alone and beside the noisy model on hostd (the cores' floor;
+--no-floor skips it); with --same-process S, the light model on a loop of its own inside a second hostd's
+process (bench/hostd_twin.py); through the router: light alone, noisy alone, light beside the unlimited noisy
+tenant.
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's

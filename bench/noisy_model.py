@@ -224,7 +224,7 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
 
             def phase(name: str, addr: str, light_h: dict, noisy_h: dict | None, noisy_addr: str | None = None,
                       in_hostd: bool = True, lag_port: int | None = None) -> None:
-                before = stats(host, "light", "acme")
+                before = stats(host, "light", "acme") if in_hostd else None  # hostd's statistics: its light model only
                 p = start_noisy(noisy_addr or addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
@@ -232,7 +232,7 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 r = light(addr, seconds, light_h)
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
-                rows.append((name, r, stats(host, "light", "acme").minus(before) if in_hostd else None, nz))
+                rows.append((name, r, stats(host, "light", "acme").minus(before) if before else None, nz))
 
             def noisy_alone(name: str, addr: str, h: dict, tenant: str, on: str | None = None) -> None:
                 before = stats(on or host, "noisy", tenant)

@@ -64,6 +64,19 @@ def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None,
     return proc, addr
 
 
+def start_plain(model_file: Path, name: str, workdir: Path) -> tuple[subprocess.Popen, str]:
+    """bench/plain_server.py serving `model_file` as `name`: one ORT session on its own event loop, nothing of
+    hostd's (no batcher, no slots, no tenancy). In a session of its own, so that both `stop` and
+    bench/batching.py's `stop_group` end it."""
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    log = workdir / f"plain-{port}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.plain_server", addr, str(model_file), name],
+                            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    wait_model_ready(addr, name, proc, log, timeout=120)
+    return proc, addr
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

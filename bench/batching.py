@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import pytriton_env  # noqa: E402
-from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_model_ready  # noqa: E402
+from bench._common import ROOT, closed_loop, free_port, start_hostd, start_plain, stop, wait_model_ready  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from storage_adapters.local import LocalStorage  # noqa: E402
 from catalog.publish import publish_version  # noqa: E402
@@ -88,14 +88,6 @@ def start_triton(model_file: Path, work: Path) -> tuple[subprocess.Popen | None,
     except (RuntimeError, TimeoutError) as e:
         stop_group(proc)
         return None, f"pytriton did not start: {e}"
-    return proc, addr
-
-
-def start_plain(model_file: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    addr = f"127.0.0.1:{free_port()}"
-    log = work / "plain.log"
-    proc = start_group([sys.executable, "-m", "bench.plain_server", addr, str(model_file), "mlp"], log)
-    wait_model_ready(addr, "mlp", proc, log, timeout=120)
     return proc, addr
 
 
@@ -172,7 +164,7 @@ def main() -> None:
                     procs.append(tp)
                     servers["triton"] = (taddr, "mlp")
                     triton_note = "nvidia-pytriton 0.7.0 (tritonserver 2.51), Python backend, onnxruntime"
-            pp, paddr = start_plain(model_file, t)
+            pp, paddr = start_plain(model_file, "mlp", t)
             procs.append(pp)
             servers["plain"] = (paddr, "mlp")
             print(f"Triton's core: {triton_note}", flush=True)

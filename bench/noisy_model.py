@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_model_ready, wait_serving
+from bench._common import ROOT, closed_loop, free_port, start_hostd, start_plain, stop, wait_model_ready, wait_serving
 
 NOISY_DIMS = (256, 3500, 3500, 10)
 LIGHT_DIMS = (64, 256, 8)
@@ -186,18 +186,6 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str)
     return proc, addr
 
 
-def start_plain(work: Path) -> tuple[subprocess.Popen, str]:
-    """bench/plain_server.py serving the light model alone: one ORT session on its own event loop, nothing of
-    hostd's (no batcher, no slots, no tenancy)."""
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    log = open(work / f"plain-{port}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "bench.plain_server", addr, str(work / "light.onnx"), "light"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wait_model_ready(addr, "light", proc, work / f"plain-{port}.log", timeout=120)
-    return proc, addr
-
-
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = ()) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
@@ -247,7 +235,7 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
             print(f"hostd ServerLive p50/p99 ms: alone {live[0]['p50']:.2f}/{live[0]['p99']:.2f}, beside the noisy "
                   f"model {live[1]['p50']:.2f}/{live[1]['p99']:.2f} (the event loop and the cores, no model)", flush=True)
             if floor:  # the light model in a process of its own: what the cores alone allow it beside the noisy load
-                plain = start_plain(work)
+                plain = start_plain(work / "light.onnx", "light", work)
                 try:
                     light(plain[1], 1.0, {})
                     phase("own process: light alone", plain[1], {}, None, in_hostd=False)

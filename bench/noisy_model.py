@@ -220,7 +220,7 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 r = light(addr, seconds, light_h)
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
-                rows.append((name, r, stats(host, "light", "acme").minus(before) if before else None, nz))
+                rows.append((name, r, stats(host, "light", "acme").minus(before) if before is not None else None, nz))
 
             def noisy_alone(name: str, addr: str, h: dict, tenant: str, on: str | None = None) -> None:
                 before = stats(on or host, "noisy", tenant)

@@ -42,7 +42,8 @@ INLINE_AFTER = 8
 # more averaged 481 against 504 with a worse p99, while p50 at concurrency 1 did not improve (10.0-12.6 ms
 # against 10.1-11.7). Only a model as cheap as INLINE_MAX_S can afford to block the loop.
 # Tried again with wide lone batches (session 26: a batch the core starts wide ran on the loop instead of a
-# worker thread; bench/batching.py --no-triton --rounds 3 --seconds 4 --variant, same run): concurrency 1 p50
+# worker thread, behind a throwaway environment switch given to bench/batching.py --no-triton --rounds 3
+# --seconds 4 --variant, same run): concurrency 1 p50
 # 4.56 ms against 5.36 (1.27x the plain server's against 1.50x), but concurrency 32 fell to 270 req/s against
 # 957, for the reason above. Not kept.
 

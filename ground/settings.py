@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ground.manifest import NAME_RE as _GROUP_KEY_RE
 from ground.units import parse_bytes
 from ground.wire import HEARTBEAT_PREFIX
+
+_GROUP_RE = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")  # a host group's name; "" = the shared pool
 
 
 class S3Settings(BaseSettings):
@@ -53,6 +57,11 @@ class HostdSettings(BaseSettings):
         "client pointed at the usual port never reaches a hostd past the router",
     )
     metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus port; 0 turns it off")
+    host_group: str = Field(
+        "", pattern=_GROUP_RE.pattern, description="placement group this host belongs to: routers place a "
+        "model only on hosts of the group RouterSettings.host_groups gives it (a dedicated pool for a noisy model or "
+        "tenant, docs/host-groups.md); '' = the shared pool",
+    )
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
     store: str = Field(
         "./model_store", validation_alias=AliasChoices("MMHOST_HOSTD_STORE", "MMHOST_STORE"),
@@ -332,6 +341,22 @@ class RouterSettings(BaseSettings):
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")
     pending_ttl_s: float = Field(30.0, gt=0, description="a load this router started counts as LOADING this long")
+    host_groups: dict[str, str] = Field(
+        default_factory=dict, description='JSON: {"tenant": "group", "tenant/model": "group"}: place these tenants\' '
+        "models, or this one model, only on hostds whose host_group is that group (a dedicated pool); the rest only "
+        "on hostds with no group. The model's entry wins over its tenant's; \"\" names the shared pool "
+        "(router/host_groups.py)")
+
+    @field_validator("host_groups")
+    @classmethod
+    def _host_groups(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, group in v.items():
+            parts = key.split("/")
+            if not 1 <= len(parts) <= 2 or not all(_GROUP_KEY_RE.match(p) for p in parts):
+                raise ValueError(f"host_groups: {key!r} is neither a tenant nor tenant/model")
+            if not _GROUP_RE.match(group):
+                raise ValueError(f"host_groups: group {group!r} of {key!r}: at most 64 of letters, digits, '_', '.', '-'")
+        return v
 
     @field_validator("access_log_max_bytes")
     @classmethod

@@ -158,7 +158,7 @@ class Hostd:
         counters = HostCounters(self.servicer.requests_by_tenant, self.servicer.shed_by_tenant,
                                 self.manager.device_hits, self.manager.device_misses)
         return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
-                           self.draining, self.device.name, counters, self.gate)
+                           self.draining, self.device.name, counters, self.gate, self.settings.host_group)
 
     def _shares(self) -> dict[str, Share]:
         """Device shares: the registry's (live: `mmhost tenant set-limits`) over the environment's

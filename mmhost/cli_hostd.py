@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
         disk_cache: str = setting_option(H, "disk_cache_bytes", "--disk-cache"),
         tenant_shares: str = setting_option(H, "tenant_shares"),
         tenant_limits: str = setting_option(H, "tenant_limits"),
+        host_group: str = setting_option(H, "host_group", help="placement group (routers' host_groups); '' = shared"),
         redis: str = setting_option(HB, "redis_url", "--redis", help="heartbeat to this Redis (routers discover "
                                     "the host)"),
         advertise: str = setting_option(HB, "advertise"),
@@ -75,6 +76,7 @@ def register(app: typer.Typer) -> None:
             "device_memory": device_memory, "high_watermark": high_watermark, "low_watermark": low_watermark,
             "eviction_policy": eviction_policy, "ram_cache_bytes": ram_cache, "disk_cache_bytes": disk_cache,
             "tenant_shares": tenant_shares, "tenant_limits": tenant_limits, "plaintext": plaintext, "dev_mode": dev_mode,
+            "host_group": host_group,
         }
         settings = HostdSettings(**{k: v for k, v in overrides.items() if v is not None})
         check_sizes(settings)

@@ -70,7 +70,7 @@ def view_from_status(s: hc.HostStatus) -> tuple[HostView, dict[str, int]]:
                 sizes[vkey] = sizes[mkey] = max(sizes.get(mkey, 0), m.memory_bytes)
     budget = s.device_memory_budget or s.device_memory_total
     free = max(0, budget - s.device_memory_used) if budget else 0
-    return HostView(s.address, free, models, count, lru), sizes
+    return HostView(s.address, free, models, count, lru, s.host_group), sizes
 
 
 class ClusterView:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ground.deadlines import INF, remaining_s
 from ground.errors import DeadlineExceeded, ServingError, Unavailable
@@ -20,10 +20,11 @@ from ground.wire import TENANT_HEADER, Reason
 from protos import grpc_service_pb2 as pb
 from router.cluster import ClusterView, model_key
 from router.failover import Outcome, RetryBudget, classify
+from router.host_groups import group_of, in_group
 from router.host_client import HostClient, HostError
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
-from router.placement_policy import PlacementConfig, PlacementDecision, place
+from router.placement_policy import HostView, PlacementConfig, PlacementDecision, place
 from router.placement_policy import Reason as PlaceReason
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,8 @@ REPLICATE_TIMEOUT_S = 300.0
 class Dispatcher:
     def __init__(self, *, hosts: HostClient, cluster: ClusterView, local: LocalLoad, metrics: RouterMetrics,
                  clock: Clock, max_attempts: int, budget: RetryBudget, placement: PlacementConfig,
-                 rng: random.Random) -> None:
+                 rng: random.Random, groups: Mapping[str, str] | None = None) -> None:
+        """`groups`: RouterSettings.host_groups (router/host_groups.py): which hosts each model may go to."""
         self.hosts, self.cluster, self.local, self.metrics = hosts, cluster, local, metrics
         self.clock = clock
         self.max_attempts = max_attempts
@@ -43,9 +45,24 @@ class Dispatcher:
         self.pcfg = placement
         self.rng = rng
         self.background: set[asyncio.Task] = set()  # copies of hot models being loaded
+        self.groups: Mapping[str, str] = dict(groups or {})
+        self._empty_groups: set[str] = set()  # groups with no host up, logged once until one comes
 
-    def _place(self, key: str, excluded: set[str], now: float) -> PlacementDecision:
-        hosts = [h for h in self.cluster.eligible() if h.address not in excluded]
+    def hosts_for(self, tenant: str, model: str) -> list[HostView]:
+        """The up hosts this tenant's model may be placed on: those of its host group."""
+        group = group_of(self.groups, tenant, model)
+        hosts = in_group(self.cluster.eligible(), group)
+        if not hosts and self.cluster.eligible():
+            if group not in self._empty_groups:
+                self._empty_groups.add(group)
+                log.warning("no host of group %r is up (models mapped to it get UNAVAILABLE no_host); %d other "
+                            "host(s) are", group or "(shared)", len(self.cluster.eligible()))
+        elif group in self._empty_groups:
+            self._empty_groups.discard(group)
+        return hosts
+
+    def _place(self, key: str, tenant: str, model: str, excluded: set[str], now: float) -> PlacementDecision:
+        hosts = [h for h in self.hosts_for(tenant, model) if h.address not in excluded]
         return place(key, hosts, now, local_inflight=self.local.inflight_for(key), pending=self.local.pending_for(key),
                      rate=self.local.hit(key, now), size_bytes=self.cluster.size_of(key),
                      draws=(self.rng.random(), self.rng.random()), cfg=self.pcfg)
@@ -64,7 +81,7 @@ class Dispatcher:
         last: ServingError | None = None
         for attempt in range(1, self.max_attempts + 1):
             now = self.clock()
-            p = self._place(key, excluded, now)
+            p = self._place(key, tenant, model, excluded, now)
             if p.host is None:
                 raise last or Unavailable("no host is available", retry_after_ms=500, reason=Reason.NO_HOST.value)
             self.metrics.placements.labels(p.reason.value).inc()
@@ -103,7 +120,7 @@ class Dispatcher:
         requests outstanding in the hosts' view) where `forward` would. Returns the host it loads on, or None.
         Records no request (the model's local rate is the Python lane's alone)."""
         key = model_key(tenant, model)
-        p = place(key, self.cluster.eligible(), now, local_inflight=self.local.inflight_for(key),
+        p = place(key, self.hosts_for(tenant, model), now, local_inflight=self.local.inflight_for(key),
                   pending=self.local.pending_for(key), size_bytes=self.cluster.size_of(key),
                   draws=(self.rng.random(), self.rng.random()), cfg=self.pcfg)
         if p.replicate_to is None:

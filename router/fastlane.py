@@ -218,7 +218,8 @@ class FastLane:
         ip = infos[0][4][0]
         return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
-    async def sync(self, eligible: Sequence[HostView], keys: Mapping[str, str], fast_tenants: frozenset[str]) -> None:
+    async def sync(self, eligible: Sequence[HostView], keys: Mapping[str, str], fast_tenants: frozenset[str],
+                   groups: Mapping[str, str] | None = None) -> None:
         """Make HAProxy's servers, keys and routes what the router's views say (only the differences are sent).
         A host that leaves the view is put in maintenance; its slot stays its own (it may come back) until
         another host needs a slot and none is free."""
@@ -248,7 +249,7 @@ class FastLane:
             self.enabled = up
             names = {a: n for a, n in self.servers.items() if a in up}
             wanted_keys = {h: t for h, t in keys.items() if t in fast_tenants}
-            wanted_routes = route_table(eligible, fast_tenants, names)
+            wanted_routes = route_table(eligible, fast_tenants, names, groups)
             problems += await self._run(map_commands(self.cfg.keys_map, self.keys, wanted_keys)
                                         + map_commands(self.cfg.routes_map, self.routes, wanted_routes))
             self.keys, self.routes = wanted_keys, wanted_routes

@@ -37,6 +37,7 @@ from hashlib import blake2b
 from urllib.parse import unquote_to_bytes
 
 from ground.wire import LANE_HEADER
+from router.host_groups import group_of_key
 from router.placement_policy import HostView, Residency
 
 INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -165,10 +166,12 @@ def _score(key: str, address: str) -> bytes:
     return blake2b(f"{key}\x00{address}".encode(), digest_size=8).digest()
 
 
-def route_table(eligible: Sequence[HostView], fast_tenants: Container[str], names: Mapping[str, str]) -> dict[str, str]:
-    """route key -> server name: for each model key of a fast tenant READY on an eligible host, the holder with
-    the least work (queue depth + in flight), ties broken by a hash of key and host (stable between syncs).
-    Hosts without a server name (not yet added) are left out."""
+def route_table(eligible: Sequence[HostView], fast_tenants: Container[str], names: Mapping[str, str],
+                groups: Mapping[str, str] | None = None) -> dict[str, str]:
+    """route key -> server name: for each model key of a fast tenant READY on an eligible host of the model's
+    host group (`groups`: RouterSettings.host_groups, router/host_groups.py), the holder with the least work
+    (queue depth + in flight), ties broken by a hash of key and host (stable between syncs). Hosts without a
+    server name (not yet added) are left out."""
     best: dict[str, tuple[int, bytes, str]] = {}
     for view in eligible:
         name = names.get(view.address)
@@ -176,6 +179,8 @@ def route_table(eligible: Sequence[HostView], fast_tenants: Container[str], name
             continue
         for key, load in view.models.items():
             if load.state is not Residency.READY or key.split("/", 1)[0] not in fast_tenants:
+                continue
+            if group_of_key(groups or {}, key) != view.group:
                 continue
             cand = (load.queue_depth + load.in_flight, _score(key, view.address), name)
             cur = best.get(key)

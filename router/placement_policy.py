@@ -53,6 +53,7 @@ class HostView:
     models: Mapping[str, ModelLoad] = field(default_factory=dict)
     model_count: int = 0
     lru_last_used: float = float("inf")  # last use (unix s) of its least-recently-used model; inf = holds none
+    group: str = ""  # its host group (router/host_groups.py); "" = the shared pool
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ class Router:
         self.dispatcher = Dispatcher(hosts=self.forwarder, cluster=self.cluster, local=self.local, metrics=self.metrics,
                                      clock=self.clock, max_attempts=s.max_attempts,
                                      budget=RetryBudget(s.retry_budget_ratio, s.retry_budget_cap),
-                                     placement=placement_config(s), rng=random.Random())
+                                     placement=placement_config(s), rng=random.Random(), groups=s.host_groups)
         self.servicer = RouterServicer(settings=s, keys=self.keys, directory=self.directory, cluster=self.cluster,
                                        dispatcher=self.dispatcher, metrics=self.metrics, access_log=self.access_log,
                                        clock=self.clock, wall_clock=self.wall_clock, admission=self.admission)
@@ -197,7 +197,7 @@ class Router:
                 self.metrics.fast_lane_restarts.inc()
             keys = self.keys.hashes()
             fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
-            await fl.sync(self.cluster.eligible(), keys, fast)
+            await fl.sync(self.cluster.eligible(), keys, fast, self.dispatcher.groups)
         except Exception:  # not running, or not taking its state: 0 (alert MmhostFastLaneDown); logged by _every
             self.metrics.fast_lane_up.set(0)
             raise

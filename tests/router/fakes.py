@@ -101,9 +101,9 @@ class FakeHosts:
 
 
 def status(address: str, sent: float = 1.0, models: tuple[tuple[str, str, str], ...] = (), queue_depth: int = 0,
-           free: int = 1 << 30) -> hc.HostStatus:
+           free: int = 1 << 30, group: str = "") -> hc.HostStatus:
     """A hostd's HostStatus with (tenant, model, state) models, version "1"."""
-    return hc.HostStatus(host_id=address, address=address, sent_unix=sent, device_memory_total=free,
+    return hc.HostStatus(host_id=address, address=address, sent_unix=sent, device_memory_total=free, host_group=group,
                          models=[hc.ModelStatus(tenant=t, model=m, version="1", state=s, queue_depth=queue_depth)
                                  for t, m, s in models])
 

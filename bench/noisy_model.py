@@ -10,7 +10,8 @@ model of its own tenant; light beside the noisy model of another tenant; the lig
 process of its own (bench/plain_server.py) alone and beside the noisy model on hostd (the cores' floor;
 --no-floor skips it); with --same-process S, the light model on a loop of its own inside a second hostd's
 process (bench/hostd_twin.py); through the router: light alone, noisy alone, light beside the unlimited noisy
-tenant.
+tenant; with --groups, the same again with both noisy models on a second hostd of host group "bulk" and the
+light model on the first (router/host_groups.py): direct, through the router, and through its fast lane.
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
@@ -171,23 +172,26 @@ def light(addr: str, seconds: float, headers: dict) -> dict:
     return asyncio.run(closed_loop(addr, "light", "input", _x(LIGHT_DIMS), 1, seconds, warmup_s=0.5, headers=headers))
 
 
-def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str,
+                 env: dict | None = None) -> tuple[subprocess.Popen, str]:
     """bench/noisy_neighbor.py's router, started here: that module imports our protos, which clash with
-    tritonclient's in one process."""
+    tritonclient's in one process. `host`: one address or several, comma-separated."""
     port = free_port()
     addr = f"127.0.0.1:{port}"
     log = open(work / f"router-{port}.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", host, "--tenants", str(tenants),
          "--store", str(store), "--metrics-port", "0", "--refresh-interval", "0.2", "--log-level", "WARNING", *extra],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true"},
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true", **(env or {})},
     )
     wait_serving(addr, proc)
     return proc, addr
 
 
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
-        fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = ()) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
+        groups: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
     from router.tenants import FileTenants
 
@@ -263,10 +267,13 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                     phase(tag + "beside noisy", taddr, {}, direct["other"], noisy_addr=thost, in_hostd=False, lag_port=tm)
                 finally:
                     stop(twin_hostd)
+            via = {t: {"authorization": f"Bearer {k}"} for t, k in keys.items()}
+            if groups:  # host groups: the noisy models on a second hostd of group "bulk" (router/host_groups.py)
+                group_phases(work, store, tenants, host, hostd_args, direct, via, phase, noisy_alone,
+                             via_router, fast_lane)
             if not via_router:
                 return rows
             router, raddr = start_router(work, host, tenants, store)
-            via = {t: {"authorization": f"Bearer {k}"} for t, k in keys.items()}
             light(raddr, 1.0, via["acme"])  # warm-up through the router
             phase("router: light alone", raddr, via["acme"], None)
             noisy_alone("router: noisy alone", raddr, via["other"], "other")
@@ -284,6 +291,44 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 stop(router)
             stop(hostd)
     return rows
+
+
+GROUPS = {"other": "bulk", "acme/noisy": "bulk"}  # both noisy models to the bulk hostd; acme's light one shared
+
+
+def group_phases(work: Path, store: Path, tenants: Path, host: str, hostd_args: list[str], direct: dict, via: dict,
+                 phase, noisy_alone, via_router: bool, fast_lane: bool) -> None:
+    """The light model on the first hostd (the shared pool), both noisy models on a hostd of group "bulk" on the
+    same cores: direct, through the router with host_groups GROUPS, and through its fast lane."""
+    bport = free_port()
+    bulk, bhost = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant", "acme",
+                              "--metrics-port", str(bport), "--host-group", "bulk", *hostd_args)
+    router = None
+    try:
+        for t in ("acme", "other"):
+            for _ in range(3):
+                asyncio.run(closed_loop(bhost, "noisy", "input", _x(NOISY_DIMS), 4, 0.3, warmup_s=0.0,
+                                        headers=direct[t]))
+        phase("groups: light alone", host, direct["acme"], None)
+        noisy_alone("groups: noisy alone", bhost, direct["other"], "other", on=bhost)
+        phase("groups: beside noisy, same tenant", host, direct["acme"], direct["acme"], noisy_addr=bhost)
+        phase("groups: beside noisy, other tenant", host, direct["acme"], direct["other"], noisy_addr=bhost)
+        lanes = ([("groups router: ", ())] if via_router else []) + \
+            ([("groups fast lane: ", ("--fast-lane", "haproxy"))] if via_router and fast_lane else [])
+        for tag, extra in lanes:
+            router, raddr = start_router(work, f"{host},{bhost}", tenants, store, *extra,
+                                         env={"MMHOST_ROUTER_HOST_GROUPS": json.dumps(GROUPS)})
+            light(raddr, 1.5, via["acme"])  # warm-up; on the fast lane, READY models are routed from the first sync
+            phase(tag + "light alone", raddr, via["acme"], None)
+            noisy_alone(tag + "noisy alone", raddr, via["other"], "other", on=bhost)
+            phase(tag + "beside noisy, same tenant", raddr, via["acme"], via["acme"])
+            phase(tag + "beside unlimited noisy tenant", raddr, via["acme"], via["other"])
+            stop(router)
+            router = None
+    finally:
+        if router is not None:
+            stop(router)
+        stop(bulk)
 
 
 def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
@@ -350,11 +395,13 @@ def main() -> None:
                     "(bench/hostd_twin.py), the interpreter's switch interval set to this (0: Python's default); "
                     "repeat for several")
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
+    ap.add_argument("--groups", action="store_true", help="also the phases with the noisy models on a second hostd of "
+                    "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
-               tuple(args.same_process))
+               tuple(args.same_process), args.groups)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

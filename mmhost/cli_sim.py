@@ -145,7 +145,7 @@ def run_cmd(
             if cfg.mode == "full" and p == "offline":
                 r = run_offline(wl, size, cm, host_ram_bytes=cfg.host_ram_bytes)
             elif cfg.mode == "full":
-                r = run_cluster(wl, cfg.cluster(p, size), cm)
+                r = run_cluster(wl, cfg.cluster(p, size), cm, placement=cfg.placement())
             else:
                 r = run_policy(wl, size, p, cm, progress=lambda n, t=task: prog.advance(t, n),
                                **cfg.cache_kwargs()) if p != "offline" else run_policy(wl, size, p, cm, **cfg.cache_kwargs())
@@ -196,7 +196,7 @@ def sweep_cmd(
     console = Console()
     wl = _workload(cfg, console)
     cm = cfg.cost_model()
-    lat = (lambda p, size: run_cluster(wl, cfg.cluster(p, size), cm)) if latency else None
+    lat = (lambda p, size: run_cluster(wl, cfg.cluster(p, size), cm, placement=cfg.placement())) if latency else None
     with _progress(console) as prog:
         task = prog.add_task("sweep", total=len(cfg.policies) * len(cfg.sizes))
         rows = sweep(wl, cfg.sizes, cfg.policies, cm, on_point=lambda _r: prog.advance(task), latency=lat,

@@ -71,6 +71,10 @@ class SimConfig(BaseModel):
         "measured size (sim/calibrate.py, from hostd's per-load readings); empty: sizes as given")
     max_queue: int = Field(1024, ge=1)
     deadline_s: float | None = Field(None, gt=0)
+    host_groups: list[str] = Field([], description="full mode: the host group of each host by index (hostd's "
+                                   "host_group; missing = the shared pool '')")
+    groups: dict[str, str] = Field({}, description="full mode: the router's host_groups ({tenant or tenant/model: "
+                                   "group}); with either set, the router's own placement places the requests")
 
     @model_validator(mode="after")
     def _check(self) -> SimConfig:
@@ -79,7 +83,24 @@ class SimConfig(BaseModel):
                 raise ValueError(f"unknown policy {p!r}; known: {', '.join([*POLICIES, 'offline'])}")
         if self.low > self.high:
             raise ValueError("low watermark must not exceed high")
+        if len(self.host_groups) > self.hosts:
+            raise ValueError(f"host_groups names {len(self.host_groups)} hosts of {self.hosts}")
+        have = {*self.host_groups, *([""] if len(self.host_groups) < self.hosts else [])}
+        if missing := sorted({g for g in self.groups.values() if g not in have} | ({""} - have if self.groups or
+                                                                                    self.host_groups else set())):
+            raise ValueError(f"no host in group(s) {', '.join(repr(g) for g in missing)} ('' = the shared pool)")
         return self
+
+    def placement(self):
+        """The placement hook of full mode: the router's own (sim/placement.py) with host groups, else None
+        (the engine's default: the host with the most free bytes)."""
+        if not self.groups and not self.host_groups:
+            return None
+        from router.placement_policy import PlacementConfig
+        from sim.placement import RouterPlacement
+
+        return RouterPlacement(PlacementConfig(), seed=self.workload.seed, groups=self.groups,
+                               host_groups=self.host_groups)
 
     def share_map(self) -> dict[str, Share] | None:
         return {t: Share(s.guaranteed, s.maximum) for t, s in self.shares.items()} or None

@@ -1,6 +1,7 @@
 """sim driving the router's real placement policy (router.placement_policy.place) through the engine's hook."""
 
 import numpy as np
+import pytest
 
 from router.placement_policy import PlacementConfig, affinity
 from sim.cluster import Cluster, ClusterConfig, run_cluster
@@ -93,3 +94,59 @@ def _no_batching():
     from hostd.batch_policy import BatchConfig
 
     return BatchConfig(max_batch_size=1, max_queue_delay=0.0)
+
+
+def _light_beside_noisy_two_hosts():
+    """A noisy model (640 requests at t=2, 10 ms per batch of up to 32, 2 executors that may hold both slots)
+    and a light one (0.1 ms, one request every 50 ms) of another tenant, on two hosts of 2 slots each."""
+    specs = [ModelSpec("noisy/m/1", "noisy", 10), ModelSpec("light/m/1", "light", 10)]
+    light_ts = [2.0005 + 0.05 * k for k in range(4)]
+    times = [0.0, 0.0] + [2.0] * 640 + light_ts
+    models = [0, 1] + [0] * 640 + [1] * len(light_ts)
+    order = np.argsort(times, kind="stable")
+    wl = Workload(specs, np.array(times)[order], np.array(models, dtype=np.int64)[order])
+    costs = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
+                      compute_default=ComputeCost(0.010, 0.0), compute={"light/m/1": ComputeCost(0.0001, 0.0)})
+    cfg = ClusterConfig(hosts=2, device_bytes=1000, slots=2, executors_per_model=2, per_model_slots=2)
+    return wl, cfg, costs
+
+
+def test_host_groups_keep_a_light_model_off_the_noisy_models_host():
+    wl, cfg, costs = _light_beside_noisy_two_hosts()
+    # without groups the hot noisy model gets a copy on the other host too, so the light model's host runs
+    # noisy batches in both its slots and a light request waits for one
+    plain = RouterPlacement(PlacementConfig(hot_queue_depth=4), seed=0)
+    r = run_cluster(wl, cfg, costs, placement=plain)
+    assert plain.replications == 1 and max(r.tenants["light"].latencies[1:]) > 0.001
+    # groups: the noisy tenant's group "bulk" is the host the light model's affinity does not pick; the light
+    # model stays in the shared pool
+    shared = max((0, 1), key=lambda i: affinity(wl.models[1].key, host_address(i)))
+    bulk = 1 - shared
+    groups = ["", ""]
+    groups[bulk] = "bulk"
+    chosen: dict[int, set[int]] = {}
+    hook = RouterPlacement(PlacementConfig(hot_queue_depth=4), seed=0, groups={"noisy": "bulk"}, host_groups=groups)
+
+    def record(m, now, cluster, exclude=()):
+        h = hook(m, now, cluster, exclude)
+        chosen.setdefault(m, set()).add(h)
+        return h
+
+    r = run_cluster(wl, cfg, costs, placement=record)
+    assert chosen == {0: {bulk}, 1: {shared}}
+    assert hook.replications == 0  # hot, but its group has no other host: no copy on the light model's host
+    assert max(r.tenants["light"].latencies[1:]) == pytest.approx(0.0001)  # never behind a noisy batch
+    assert r.total.shed == 0 and len(r.total.latencies) == len(wl)
+
+
+def test_sim_config_places_by_groups_only_with_a_host_in_each_group():
+    from sim.config import SimConfig
+
+    assert SimConfig(mode="full").placement() is None  # no groups: the engine's default placement
+    hook = SimConfig(mode="full", hosts=2, host_groups=["", "bulk"], groups={"noisy": "bulk"}).placement()
+    assert isinstance(hook, RouterPlacement) and hook.host_groups == ("", "bulk")
+    for bad in ({"hosts": 1, "host_groups": ["", "bulk"]},  # more groups than hosts
+                {"hosts": 2, "host_groups": ["", ""], "groups": {"noisy": "bulk"}},  # no host of group bulk
+                {"hosts": 1, "host_groups": ["bulk"], "groups": {"noisy": "bulk"}}):  # none left for the shared pool
+        with pytest.raises(ValueError):
+            SimConfig(mode="full", **bad)

@@ -46,3 +46,11 @@ def group_of_key(groups: Mapping[str, str], key: str) -> str:
     """group_of for a model key 'tenant/model' or 'tenant/model/version' (router.cluster.model_key)."""
     tenant, _, rest = key.partition("/")
     return group_of(groups, tenant, rest.partition("/")[0])
+
+
+def hosts_per_group(hosts: Sequence[HostView], groups: Mapping[str, str]) -> dict[str, int]:
+    """Up hosts per group: every group the map names, the shared pool, and any group a host reports."""
+    out = {g: 0 for g in {SHARED, *groups.values()}}
+    for h in hosts:
+        out[h.group] = out.get(h.group, 0) + 1
+    return out

@@ -37,6 +37,9 @@ class RouterMetrics:
         self.retry_budget_exhausted = Counter("mmhost_router_retry_budget_exhausted_total",
                                               "Retries refused because the retry budget was spent", registry=r)
         self.hosts_up = Gauge("mmhost_router_hosts_up", "Hosts in the local view that take requests", registry=r)
+        self.group_hosts_up = Gauge("mmhost_router_host_group_hosts_up", "Hosts in the local view that take "
+                                    "requests, per host group ('' = the shared pool; only with host_groups set)",
+                                    ["group"], registry=r)
         self.hosts_marked_down = Counter("mmhost_router_hosts_marked_down_total", "Hosts marked down after a failure",
                                          registry=r)
         self.placements = Counter("mmhost_router_placements_total", "Placement decisions by rule", ["reason"], registry=r)

@@ -33,6 +33,7 @@ from router.fleet_quota import FleetQuota
 from router.failover import RetryBudget
 from router.fastlane import FastLane, FastLaneError
 from router.fastlane_config import FastRecord, ready_version
+from router.host_groups import hosts_per_group
 from router.forward import SERVICE, Forwarder
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
@@ -165,6 +166,9 @@ class Router:
             self.metrics.redis_up.set(1)
         self.cluster.apply(statuses, self.source.complete, self.clock())
         self.metrics.hosts_up.set(len(self.cluster.eligible()))
+        if self.dispatcher.groups:
+            for group, n in hosts_per_group(self.cluster.eligible(), self.dispatcher.groups).items():
+                self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
         if self.source.complete:
             await self.forwarder.forget(set(self.cluster.hosts))

@@ -12,7 +12,7 @@ from ground.errors import Unavailable
 from ground.settings import RouterSettings
 from router.cluster import model_key
 from router.fastlane_config import route_table
-from router.host_groups import SHARED, group_of, group_of_key, in_group
+from router.host_groups import SHARED, group_of, group_of_key, hosts_per_group, in_group
 from router.placement_policy import PlacementConfig
 from tests.router.fakes import FakeClock, FakeHosts, cluster_of, infer, status
 from tests.router.test_dispatcher import dispatcher, forward
@@ -35,6 +35,12 @@ def test_in_group_keeps_only_the_groups_hosts():
     assert [h.address for h in in_group(view.eligible(), "bulk")] == ["b:1"]
     assert [h.address for h in in_group(view.eligible(), SHARED)] == ["a:1"]
     assert in_group(view.eligible(), "none") == []
+
+
+def test_hosts_per_group_counts_every_named_group_even_when_empty():
+    view = cluster_of(status("a:1"), status("b:1", group="bulk"), status("c:1", group="stray"))
+    assert hosts_per_group(view.eligible(), GROUPS) == {"": 1, "bulk": 1, "stray": 1}
+    assert hosts_per_group(cluster_of(status("a:1")).eligible(), GROUPS) == {"": 1, "bulk": 0}
 
 
 def test_router_settings_refuse_a_malformed_map():

@@ -40,6 +40,14 @@ def grouped(cluster, tmp_path_factory):
         h.stop()
 
 
+def group_hosts_up(r: RouterProc) -> dict[str, int]:
+    out = {}
+    for line in r.metrics_text().splitlines():
+        if line.startswith("mmhost_router_host_group_hosts_up{"):
+            out[line.split('group="', 1)[1].split('"', 1)[0]] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 def resident(h: HostdProc) -> set[tuple[str, str]]:
     return {(m.tenant, m.model) for m in h.status().models if m.state == "READY"}
 
@@ -73,8 +81,10 @@ def test_models_load_and_are_answered_only_in_their_group(cluster, grouped):
 def test_a_group_with_no_host_up_is_refused_and_the_shared_pool_serves_on(cluster, grouped):
     r, shared, bulk = grouped
     acme, globex = auth(cluster.keys["acme"]), auth(cluster.keys["globex"])
+    assert group_hosts_up(r) == {"": 1, "bulk": 1}
     bulk.stop()
     wait_until(lambda: hosts_up(r) == 1, timeout=15, what="the router sees the bulk hostd gone")
+    assert group_hosts_up(r) == {"": 1, "bulk": 0}  # what an operator sees of it (mmhost_router_host_group_hosts_up)
     code, details = code_of(lambda: r.stub.ModelInfer(infer_request("mlp"), metadata=globex, timeout=10))
     assert code is C.UNAVAILABLE and "no host" in details
     assert code_of(lambda: r.stub.ModelInfer(infer_request("m03"), metadata=acme, timeout=10))[0] is C.UNAVAILABLE

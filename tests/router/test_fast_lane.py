@@ -241,3 +241,34 @@ def test_haproxy_killed_is_started_again_and_serves(lane):
         r.stop()
         for h in hosts:
             h.stop()
+
+
+def test_the_fast_lane_sends_a_grouped_model_only_to_its_groups_host(lane):
+    """Host groups (router/host_groups.py) on HAProxy's routes: fast/m2 mapped to group bulk is READY on both
+    hosts (loaded on each directly), and every fast-lane call for it goes to the bulk host; fast/m, in the
+    shared pool, never does."""
+    work, keys = lane
+    shared = HostdProc(str(work / "store"), work, tenant="nobody")
+    bulk = HostdProc(str(work / "store"), work, tenant="nobody", env={"MMHOST_HOSTD_HOST_GROUP": "bulk"})
+    r = RouterProc(work, ["--hosts", f"{shared.addr},{bulk.addr}", "--tenants", str(work / "tenants.json"),
+                          "--store", str(work / "store"), "--refresh-interval", "0.2", "--fast-lane", "haproxy"],
+                   {"MMHOST_ROUTER_HOST_GROUPS": json.dumps({"fast/m2": "bulk"})})
+    try:
+        md = auth(keys["fast"])
+        for h in (shared, bulk):  # both READY on both hosts: only the groups tell the holders apart
+            for model in ("m", "m2"):
+                h.stub.ModelInfer(infer_request(model), metadata=(("mmhost-tenant", "fast"),), timeout=30)
+        warm(r, md, "m2")
+        warm(r, md, "m")
+        before, lines_before = fast_count(r), len(access(r))
+        for _ in range(15):
+            for model in ("m", "m2"):
+                r.stub.ModelInfer(infer_request(model), metadata=md, timeout=30)
+        wait_until(lambda: fast_count(r) - before >= 30, what="30 fast-lane requests")
+        lines = wait_until(lambda: (x := access(r)[lines_before:]) and len(x) >= 30 and x, what="30 access log lines")
+        hosts_of = {m: {x["host"] for x in lines if x["model"] == m} for m in ("m", "m2")}
+        assert hosts_of == {"m2": {bulk.addr}, "m": {shared.addr}}
+    finally:
+        r.stop()
+        for h in (shared, bulk):
+            h.stop()

@@ -12,6 +12,7 @@ from router.cluster import ClusterView
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.server import Router
+from tests.router.fakes import status
 
 
 class _Forwarder:
@@ -35,9 +36,10 @@ class _Source:
         return {}
 
 
-def _router(redis: bool) -> tuple[Router, _Source]:
+def _router(redis: bool, groups: dict[str, str] | None = None) -> tuple[Router, _Source]:
     r = Router.__new__(Router)  # only what refresh_hosts reads
     src = _Source()
+    r.dispatcher = SimpleNamespace(groups=groups or {})
     r.forwarder, r.source, r.metrics = _Forwarder(), src, RouterMetrics()
     r._aredis = object() if redis else None
     r.cluster, r.local, r.clock = ClusterView(2.0), LocalLoad(), lambda: 0.0
@@ -66,3 +68,16 @@ def test_without_redis_the_gauge_is_left_alone():
     with pytest.raises(ConnectionError):
         asyncio.run(r.refresh_hosts())
     assert r.metrics.redis_up._value.get() == 7 and src.reads == 2
+
+
+def test_with_host_groups_each_group_gauge_counts_its_hosts_up():
+    r, src = _router(redis=False, groups={"acme": "bulk", "beta": "gpu-b"})
+    hosts = {a: status(a, sent=0.0, group=g) for a, g in (("h1:1", "bulk"), ("h2:1", "bulk"), ("h3:1", ""))}
+
+    async def read():
+        return hosts
+
+    src.read = read  # type: ignore[method-assign]
+    asyncio.run(r.refresh_hosts())
+    up = {s.labels["group"]: s.value for m in r.metrics.group_hosts_up.collect() for s in m.samples}
+    assert up == {"bulk": 2, "gpu-b": 0, "": 1}

@@ -44,7 +44,7 @@ from hostd.core.sizing import WIDE_MAX_S, ExecutionPlan, plan_execution
 from hostd.runtimes.registry import prepare_runtime
 from hostd.servicer import InferenceServicer
 from ground.manifest import ModelFormat
-from ground.serving import run_until_signal
+from ground.serving import run_server, run_until_signal
 from ground.settings import HostdSettings, S3Settings
 from ground.units import parse_bytes
 from ground.wire import SERVICE
@@ -339,4 +339,4 @@ def parse_shares(text: str, budget: int) -> dict[str, Share]:
 
 
 def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: HeartbeatSettings | None = None) -> None:
-    asyncio.run(Hostd(settings, s3, heartbeat).run_forever())
+    run_server(Hostd(settings, s3, heartbeat).run_forever())

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from ground import tls
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
-from ground.serving import run_until_signal
+from ground.serving import run_server, run_until_signal
 from ground.settings import S3Settings
 from ground.units import parse_bytes
 from ground.wire import UPLOADS_SERVICE
@@ -365,4 +365,4 @@ class Router:
 
 
 def serve(settings: RouterSettings, s3: S3Settings | None = None) -> None:
-    asyncio.run(Router(settings, s3).run_forever())
+    run_server(Router(settings, s3).run_forever())

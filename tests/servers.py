@@ -57,6 +57,40 @@ def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = 
     raise TimeoutError(f"nothing listening on port {port} after {timeout}s")
 
 
+class SilentServer:
+    """A TCP server that accepts connections and never answers: storage or Redis that hangs, rather than
+    refusing. `accepted` counts the connections it took. A context manager."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.accepted = 0
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # closed
+                return
+            self._conns.append(conn)
+            self.accepted += 1
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sock.close()
+        for c in self._conns:
+            c.close()
+
+
 class RedisServer:
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()

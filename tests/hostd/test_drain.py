@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 
 import grpc
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc, hostd_control_pb2, hostd_control_pb2_grpc
 from tests.hostd_proc import HostdProc
+from tests.servers import SilentServer
 
 
 def _req(i: int) -> pb.ModelInferRequest:
@@ -62,3 +64,24 @@ def test_sigterm_drains_in_flight_requests(demo_store, tmp_path):
         assert "draining" in h.log()
     finally:
         h.stop()
+
+
+def test_sigterm_exits_while_storage_hangs(tmp_path):
+    """A load stuck in a storage read (the store accepts connections and never answers; botocore waits out
+    its read timeout on each attempt) does not hold the exit up: the drain's limit ends the request, and the
+    process exits 0 well inside its grace, not after the storage's timeouts (97 s before it was fixed)."""
+    with SilentServer() as store:
+        env = {"MMHOST_S3_ENDPOINT_URL": store.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "MMHOST_S3_READ_TIMEOUT_S": "60", "MMHOST_S3_MAX_ATTEMPTS": "2", "MMHOST_HOSTD_DRAIN_TIMEOUT_S": "1"}
+        h = HostdProc("s3://models/store", tmp_path, env=env)
+        try:
+            call = h.stub.ModelInfer.future(pb.ModelInferRequest(model_name="m"), timeout=180)
+            deadline = time.monotonic() + 20
+            while store.accepted == 0 and time.monotonic() < deadline:  # the hostd is inside a storage call
+                time.sleep(0.05)
+            assert store.accepted >= 1
+            rc = h.stop(signal.SIGTERM, timeout=30)  # past 30 s: SIGKILL, rc -9
+            assert rc == 0, h.log()
+            assert call.exception() is not None and call.exception().code() == grpc.StatusCode.UNAVAILABLE
+        finally:
+            h.stop()

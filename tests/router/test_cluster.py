@@ -202,7 +202,9 @@ def test_a_new_hostd_joins_and_takes_load(cluster, routers):
     r = connect_redis(cluster.redis_url)
     host_id = new.status().host_id
     assert r.exists(status_key(cluster.prefixes["hosts"], host_id))
-    assert new.stop(signal.SIGTERM) == 0
+    t0 = time.monotonic()
+    rc = new.stop(signal.SIGTERM)
+    assert rc == 0, f"hostd exited {rc} {time.monotonic() - t0:.1f}s after SIGTERM:\n{new.log()}"
     assert not r.exists(status_key(cluster.prefixes["hosts"], host_id))
     for rt in routers:
         wait_until(lambda rt=rt: hosts_up(rt) == len(cluster.alive()), what="routers drop the drained hostd")

@@ -8,6 +8,7 @@ from sim.cache_only import run_cache_only
 from sim.cluster import ClusterConfig, run_cluster
 from sim.costs import ComputeCost, CostModel
 from sim.workload import ModelSpec, SyntheticConfig, Workload, generate
+from tests.sim.noisy_workload import noisy_beside_light
 
 COSTS = CostModel(load_fixed_s=1.0, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
                   compute_default=ComputeCost(0.010, 0.001))
@@ -104,16 +105,8 @@ def test_host_execution_slots_share_the_device_by_tenant_weight():
 
 
 def _noisy_beside_light(**cfg):
-    """A noisy model (2 executors, 640 requests at t=2, 10 ms per batch of up to 32) and a light model
-    (0.1 ms per batch, one request every 50 ms) on one host with 2 slots; both loaded by t=2."""
-    specs = [ModelSpec("noisy/m/1", "noisy", 10), ModelSpec("light/m/1", "light", 10)]
-    light_ts = [2.0005 + 0.05 * k for k in range(4)]
-    times = [0.0, 0.0] + [2.0] * 640 + light_ts
-    models = [0, 1] + [0] * 640 + [1] * len(light_ts)
-    order = np.argsort(times, kind="stable")
-    wl = Workload(specs, np.array(times)[order], np.array(models, dtype=np.int64)[order])
-    costs = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
-                      compute_default=ComputeCost(0.010, 0.0), compute={"light/m/1": ComputeCost(0.0001, 0.0)})
+    """tests/sim/noisy_workload.py's workload on one host with 2 slots (the noisy model with 2 executors)."""
+    wl, costs = noisy_beside_light()
     r = run_cluster(wl, ClusterConfig(device_bytes=1000, slots=2, executors_per_model=2, **cfg), costs)
     noisy_done = max(2.0 + x for x in r.tenants["noisy"].latencies[1:])
     return max(r.tenants["light"].latencies[1:]), noisy_done

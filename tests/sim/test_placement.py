@@ -8,6 +8,7 @@ from sim.cluster import Cluster, ClusterConfig, run_cluster
 from sim.costs import ComputeCost, CostModel
 from sim.placement import RouterPlacement, host_address
 from sim.workload import ModelSpec, Workload
+from tests.sim.noisy_workload import noisy_beside_light
 
 COSTS = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
                   compute_default=ComputeCost(0.001, 0.0))
@@ -97,16 +98,8 @@ def _no_batching():
 
 
 def _light_beside_noisy_two_hosts():
-    """A noisy model (640 requests at t=2, 10 ms per batch of up to 32, 2 executors that may hold both slots)
-    and a light one (0.1 ms, one request every 50 ms) of another tenant, on two hosts of 2 slots each."""
-    specs = [ModelSpec("noisy/m/1", "noisy", 10), ModelSpec("light/m/1", "light", 10)]
-    light_ts = [2.0005 + 0.05 * k for k in range(4)]
-    times = [0.0, 0.0] + [2.0] * 640 + light_ts
-    models = [0, 1] + [0] * 640 + [1] * len(light_ts)
-    order = np.argsort(times, kind="stable")
-    wl = Workload(specs, np.array(times)[order], np.array(models, dtype=np.int64)[order])
-    costs = CostModel(load_fixed_s=0.5, load_s_per_byte={"storage": 0.0, "disk": 0.0, "host_ram": 0.0},
-                      compute_default=ComputeCost(0.010, 0.0), compute={"light/m/1": ComputeCost(0.0001, 0.0)})
+    """tests/sim/noisy_workload.py's workload on two hosts of 2 slots each (the noisy model may hold both)."""
+    wl, costs = noisy_beside_light()
     cfg = ClusterConfig(hosts=2, device_bytes=1000, slots=2, executors_per_model=2, per_model_slots=2)
     return wl, cfg, costs
 

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 # After a server's own stop has run, how long its leftover tasks get to finish being cancelled.
 CANCEL_WAIT_S = 2.0
+_exit = os._exit  # tests/conftest.py replaces it: in the test process it would end pytest, status 0
 
 
 def run_server(main: Coroutine[Any, Any, None]) -> None:
@@ -42,15 +43,15 @@ def run_server(main: Coroutine[Any, Any, None]) -> None:
 def exit_now(code: int = 0) -> NoReturn:
     """End a server process that has stopped: logs and stdio flushed, then os._exit, so that worker threads
     stuck in storage or Redis calls (ThreadPoolExecutor threads, joined at interpreter exit) cannot hold the
-    exit up. For a process's own entry point only (`mmhost hostd`, `mmhost router`), never inside one that
-    has more to do after the server (mmhost demo stops its hostds after its in-process router)."""
+    exit up. Called by hostd.server.serve and router.server.serve (unless told not to: mmhost demo stops its
+    hostds after its in-process router), whose callers are the processes' own entry points."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)
+    _exit(code)
 
 
 async def run_until_signal(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:

@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
                           markup=False, highlight=False, soft_wrap=True)
             serve(RouterSettings(listen=listen, hosts=hosts, tenants_file=workdir / "tenants.json", store=str(store),
                                  metrics_port=metrics_port, refresh_interval_s=0.5, plaintext=True,
-                                 rest_listen=rest_listen, uploads=True))
+                                 rest_listen=rest_listen, uploads=True), exit_process=False)
         finally:
             _stop_all(procs)
             lock.close()

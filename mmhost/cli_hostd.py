@@ -67,7 +67,6 @@ def register(app: typer.Typer) -> None:
         """Serve models from a store over the v2 / Triton gRPC protocol."""
         from ground.settings import S3Settings
         from hostd.server import serve
-        from ground.serving import exit_now
         from mmhost.cli import setup_logging
 
         setup_logging(log_level)
@@ -83,4 +82,3 @@ def register(app: typer.Typer) -> None:
         check_sizes(settings)
         hb = HeartbeatSettings(**{k: v for k, v in {"redis_url": redis, "advertise": advertise}.items() if v is not None})
         serve(settings, S3Settings(), hb)
-        exit_now(0)  # stopped: threads stuck in storage or Redis calls do not hold the exit up

@@ -134,7 +134,6 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
-        from ground.serving import exit_now
         from mmhost.cli import setup_logging
         from ground.settings import S3Settings
         from router.server import serve
@@ -148,7 +147,6 @@ def register(app: typer.Typer) -> None:
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }
         serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())
-        exit_now(0)  # stopped: threads stuck in storage or Redis calls do not hold the exit up
 
     tenant_app = typer.Typer(no_args_is_help=True, help="Tenants and their API keys (keys are shown once, stored hashed)")
     app.add_typer(tenant_app, name="tenant")

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from ground import tls
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
-from ground.serving import run_server, run_until_signal
+from ground.serving import exit_now, run_server, run_until_signal
 from ground.settings import S3Settings
 from ground.units import parse_bytes
 from ground.wire import UPLOADS_SERVICE
@@ -364,5 +364,9 @@ class Router:
         await run_until_signal(self.start, self.stop)
 
 
-def serve(settings: RouterSettings, s3: S3Settings | None = None) -> None:
+def serve(settings: RouterSettings, s3: S3Settings | None = None, exit_process: bool = True) -> None:
+    """Serve until SIGTERM or SIGINT, then stop. `exit_process`: end the process once stopped (exit_now), as
+    `mmhost router` does; mmhost demo, which stops its hostds after its in-process router, passes False."""
     run_server(Router(settings, s3).run_forever())
+    if exit_process:
+        exit_now(0)  # stopped: worker threads stuck in storage or Redis calls do not hold the exit up

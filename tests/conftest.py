@@ -26,3 +26,18 @@ def s3_server():
     srv = MotoServer()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_process_exit_in_the_test_process():
+    """ground.serving.exit_now ends a stopped server's process with os._exit. Reached inside the test process
+    (a CLI test that runs a role's command in-process) it would end pytest mid-run with status 0, the tests
+    after it unrun and CI green; here the test that reached it fails instead."""
+    import ground.serving
+
+    def refuse(code: int = 0):
+        raise AssertionError(f"ground.serving.exit_now({code}) was reached in the test process")
+
+    real, ground.serving._exit = ground.serving._exit, refuse
+    yield
+    ground.serving._exit = real

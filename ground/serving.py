@@ -7,44 +7,25 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
-# After a server's own stop has run, how long its leftover tasks get to finish being cancelled.
-CANCEL_WAIT_S = 2.0
 _exit = os._exit  # tests/conftest.py replaces it: in the test process it would end pytest, status 0
 
 
-def run_server(main: Coroutine[Any, Any, None]) -> None:
-    """asyncio.run(main), less its unbounded wait at the end for the default executor's threads.
-
-    Once a server has stopped (drained, listeners closed), a worker thread still inside a blocking call (a
-    storage read with its retries, a Redis call) has no one to answer. asyncio.run (3.11) joins those threads
-    without a limit: a hostd whose storage hangs took 97 s to exit after its 2 s drain, far past a pod's
-    termination grace. Here leftover tasks get CANCEL_WAIT_S to finish being cancelled and the executor is
-    shut down without waiting; `exit_now` then ends the process without the interpreter's own join of them."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_until_complete(main)
-    finally:
-        try:
-            tasks = asyncio.all_tasks(loop)
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.wait(tasks, timeout=CANCEL_WAIT_S))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()  # shuts the default executor down without waiting for its threads
+async def exit_after(main: Awaitable[None]) -> NoReturn:
+    """Run a server's `main` (start, serve until a signal, stop), then end the process with exit_now, from
+    inside the loop: asyncio.run's teardown (3.11) would join the default executor's threads without a limit,
+    and a hostd whose storage hung took 97 s to exit after its 2 s drain, far past a pod's grace."""
+    await main
+    exit_now(0)
 
 
 def exit_now(code: int = 0) -> NoReturn:
     """End a server process that has stopped: logs and stdio flushed, then os._exit, so that worker threads
     stuck in storage or Redis calls (ThreadPoolExecutor threads, joined at interpreter exit) cannot hold the
-    exit up. Called by hostd.server.serve and router.server.serve (unless told not to: mmhost demo stops its
-    hostds after its in-process router), whose callers are the processes' own entry points."""
+    exit up. Through exit_after, from hostd.server.serve and router.server.serve (unless told not to: mmhost demo
+    stops its hostds after its in-process router), whose callers are the processes' own entry points."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -45,7 +45,7 @@ from hostd.core.sizing import WIDE_MAX_S, ExecutionPlan, plan_execution
 from hostd.runtimes.registry import prepare_runtime
 from hostd.servicer import InferenceServicer
 from ground.manifest import ModelFormat
-from ground.serving import exit_now, run_server, run_until_signal
+from ground.serving import exit_after, run_until_signal
 from ground.settings import HostdSettings, S3Settings
 from ground.units import parse_bytes
 from ground.wire import SERVICE
@@ -340,6 +340,5 @@ def parse_shares(text: str, budget: int) -> dict[str, Share]:
 
 
 def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: HeartbeatSettings | None = None) -> NoReturn:
-    """Serve until SIGTERM or SIGINT, drain, and end the process (`mmhost hostd`'s own process: exit_now)."""
-    run_server(Hostd(settings, s3, heartbeat).run_forever())
-    exit_now(0)  # stopped: worker threads stuck in storage or Redis calls do not hold the exit up
+    """Serve until SIGTERM or SIGINT, drain, and end the process (`mmhost hostd`'s own): exit_after."""
+    asyncio.run(exit_after(Hostd(settings, s3, heartbeat).run_forever()))

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from ground import tls
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
-from ground.serving import exit_now, run_server, run_until_signal
+from ground.serving import exit_after, run_until_signal
 from ground.settings import S3Settings
 from ground.units import parse_bytes
 from ground.wire import UPLOADS_SERVICE
@@ -165,9 +165,10 @@ class Router:
         if redis:
             self.metrics.redis_up.set(1)
         self.cluster.apply(statuses, self.source.complete, self.clock())
-        self.metrics.hosts_up.set(len(self.cluster.eligible()))
+        eligible = self.cluster.eligible()
+        self.metrics.hosts_up.set(len(eligible))
         if self.dispatcher.groups:
-            for group, n in hosts_per_group(self.cluster.eligible(), self.dispatcher.groups).items():
+            for group, n in hosts_per_group(eligible, self.dispatcher.groups).items():
                 self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
         if self.source.complete:
@@ -365,8 +366,7 @@ class Router:
 
 
 def serve(settings: RouterSettings, s3: S3Settings | None = None, exit_process: bool = True) -> None:
-    """Serve until SIGTERM or SIGINT, then stop. `exit_process`: end the process once stopped (exit_now), as
+    """Serve until SIGTERM or SIGINT, then stop. `exit_process`: end the process once stopped (exit_after), as
     `mmhost router` does; mmhost demo, which stops its hostds after its in-process router, passes False."""
-    run_server(Router(settings, s3).run_forever())
-    if exit_process:
-        exit_now(0)  # stopped: worker threads stuck in storage or Redis calls do not hold the exit up
+    main = Router(settings, s3).run_forever()
+    asyncio.run(exit_after(main) if exit_process else main)

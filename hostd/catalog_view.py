@@ -54,16 +54,19 @@ def valid_name(name: str) -> bool:
 class CatalogView:
     def __init__(self, repo: ModelRepository, ttl_s: float = 2.0, clock: Callable[[], float] = time.monotonic, *,
                  lookup_timeout_s: float = 3.0, max_known: int = 100_000, max_unknown: int = 4096,
-                 is_resident: Callable[[str, str], bool] = lambda tenant, model: False, threads: int = 4) -> None:
+                 is_resident: Callable[[str, str], bool] = lambda tenant, model: False, threads: int = 4,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.repo = repo
         self._ttl = ttl_s
         self._clock = clock
+        self._sleep = sleep
         self._timeout = lookup_timeout_s
         self._max_known, self._max_unknown = max_known, max_unknown
         self._is_resident = is_resident
         self._known: OrderedDict[tuple[str, str], CatalogItem] = OrderedDict()
         self._unknown: OrderedDict[tuple[str, str], float] = OrderedDict()  # key -> when it was listed empty
         self._inflight: dict[tuple[str, str], asyncio.Task[CatalogItem]] = {}
+        self._rechecks: dict[tuple[str, str], asyncio.Task[tuple[float, CatalogItem]]] = {}
         self._failing: set[tuple[str, str]] = set()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="catalog")
 
@@ -89,20 +92,56 @@ class CatalogView:
             raise _storage_down(f"model {model!r}") from None
 
     async def recheck(self, tenant: str, model: str, min_age_s: float = 0.5) -> CatalogItem:
-        """The item listed again now (single flight), for a version the cached listing lacks: a version
-        published a moment ago is callable by its number at once, not a TTL later. A listing younger than
-        `min_age_s` is kept, so asking for versions that do not exist costs storage at most one listing per
-        model every `min_age_s`. Storage down: the cached item."""
+        """The item listed again, for a version the cached listing lacks: a version published a moment ago is
+        callable by its number at once, not a TTL later. The listing a caller gets started after it asked (a
+        listing already under way may predate the upload). Listings of one model are at least `min_age_s`
+        apart: a recheck of a younger listing waits out the rest of that interval, and every recheck of the
+        model in the meantime shares the one listing that follows, so asking for versions that do not exist
+        costs storage at most one listing per model every `min_age_s`. Storage down or slower than the lookup
+        timeout: the cached item."""
         key = (tenant, model)
         known = self._known.get(key)
         if known is None:
             return await self.item(tenant, model)
-        if self._clock() - known.fetched < min_age_s:
-            return known
+        asked = self._clock()
+
+        async def fresh() -> CatalogItem:
+            while True:
+                task = self._rechecks.get(key)
+                if task is None:
+                    task = asyncio.get_running_loop().create_task(self._relist(key, min_age_s))
+                    self._rechecks[key] = task
+                    task.add_done_callback(lambda t: (self._rechecks.pop(key, None) if self._rechecks.get(key) is t
+                                                      else None, t.cancelled() or t.exception()))
+                started, item = await asyncio.shield(task)
+                if started >= asked:
+                    return item
+                if self._rechecks.get(key) is task:  # done, not yet popped by its callback
+                    self._rechecks.pop(key)
+
         try:
-            return await asyncio.wait_for(asyncio.shield(self._refresh(key)), self._timeout)
+            return await asyncio.wait_for(fresh(), self._timeout)
         except (asyncio.TimeoutError, StorageError):
-            return known
+            return self._known.get(key, known)
+
+    async def _relist(self, key: tuple[str, str], min_age_s: float) -> tuple[float, CatalogItem]:
+        """(when the listing started, the item): after any listing under way, and `min_age_s` after the last."""
+        await self._settled(key)
+        last = self._known.get(key)
+        if last is not None:
+            wait = last.fetched + min_age_s - self._clock()
+            if wait > 0:
+                await self._sleep(wait)
+        await self._settled(key)
+        started = self._clock()
+        return started, await self._refresh(key)  # nothing under way: a listing that starts now
+
+    async def _settled(self, key: tuple[str, str]) -> None:
+        """Once no listing of `key` is under way."""
+        while (inflight := self._inflight.get(key)) is not None:
+            await asyncio.wait([inflight])
+            if self._inflight.get(key) is inflight:
+                self._inflight.pop(key)
 
     def _refresh(self, key: tuple[str, str]) -> asyncio.Task[CatalogItem]:
         task = self._inflight.get(key)

@@ -126,27 +126,72 @@ def test_unknown_names_cost_bounded_memory(repo):
     asyncio.run(run())
 
 
+class Sleeper:
+    """asyncio.sleep on the virtual clock: advances it instead of waiting."""
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.slept: list[float] = []
+
+    async def __call__(self, s: float) -> None:
+        self.slept.append(s)
+        self.clock.now += s
+        await asyncio.sleep(0)
+
+
 def test_a_version_published_since_the_listing_is_found_by_recheck_at_most_once_per_interval(repo, tmp_path):
     """A version the cached listing lacks is listed again at once (a tenant's upload is callable by its number
-    straight away), but asking for versions that do not exist lists at most once per min_age_s."""
+    straight away, even when the cached listing is only a moment old), but asking for versions that do not
+    exist lists at most once per min_age_s."""
     async def run() -> None:
         clock = Clock()
-        view = CatalogView(repo, ttl_s=60.0, clock=clock)
+        sleep = Sleeper(clock)
+        view = CatalogView(repo, ttl_s=60.0, clock=clock, sleep=sleep)
         assert (await view.item("acme", "m")).versions == ["1"]
         LocalStorage(tmp_path).put_bytes("tenants/acme/models/m/2/manifest.json", b"{}")
-        clock.now = 1.0
+        clock.now = 0.1
         assert (await view.item("acme", "m")).versions == ["1"]  # the cached listing, within its TTL
-        assert (await view.recheck("acme", "m")).versions == ["1", "2"]
+        # the listing is 0.1 s old: the recheck waits out the interval, then lists (was: the old listing, NOT_FOUND)
+        assert (await view.recheck("acme", "m", min_age_s=0.5)).versions == ["1", "2"]
+        assert sleep.slept == [pytest.approx(0.4)]
         calls = repo.calls
-        for _ in range(20):  # versions nobody published: no listing until min_age_s has passed
-            await view.recheck("acme", "m", min_age_s=0.5)
-        assert repo.calls == calls
-        clock.now = 2.0
-        await view.recheck("acme", "m", min_age_s=0.5)
+        # twenty rechecks at once for versions nobody published: one listing, min_age_s after the last
+        items = await asyncio.gather(*(view.recheck("acme", "m", min_age_s=0.5) for _ in range(20)))
         assert repo.calls == calls + 1
+        assert all(i.versions == ["1", "2"] for i in items)
+        assert sleep.slept[1:] == [pytest.approx(0.5)]
+        # one after another: listings stay min_age_s apart on the clock
+        t0 = clock.now
+        for _ in range(4):
+            await view.recheck("acme", "m", min_age_s=0.5)
+        assert repo.calls == calls + 5
+        assert clock.now - t0 == pytest.approx(2.0)
         repo.fail = True  # storage down: the cached listing
-        clock.now = 3.0
+        clock.now += 3.0
         assert (await view.recheck("acme", "m")).versions == ["1", "2"]
+        view.close()
+
+    asyncio.run(run())
+
+
+def test_a_recheck_never_takes_a_listing_that_started_before_it_asked(repo, tmp_path):
+    """A background refresh under way when the version was published may not list it: the recheck waits for
+    it and lists again."""
+    async def run() -> None:
+        clock = Clock()
+        view = CatalogView(repo, ttl_s=1.0, clock=clock, sleep=Sleeper(clock))
+        assert (await view.item("acme", "m")).versions == ["1"]
+        clock.now = 5.0
+        repo.release.clear()  # the TTL refresh below hangs in storage, having started before the upload
+        await view.item("acme", "m")
+        await asyncio.sleep(0.05)
+        calls = repo.calls
+        LocalStorage(tmp_path).put_bytes("tenants/acme/models/m/2/manifest.json", b"{}")
+        clock.now = 5.1
+        recheck = asyncio.ensure_future(view.recheck("acme", "m", min_age_s=0.5))
+        await asyncio.sleep(0.05)
+        repo.release.set()
+        assert (await recheck).versions == ["1", "2"]
+        assert repo.calls == calls + 1
         view.close()
 
     asyncio.run(run())

@@ -118,6 +118,19 @@ class HostdSettings(BaseSettings):
         "c32 1275 and 1113 req/s against 1164 and 1087); on a box shared with other load it was slower (its two "
         "threads wait for each other when either loses its core): turn it off there",
     )
+    wide_prepacked: bool = Field(
+        False, description="the wide lone batches' session (wide_lone_batches) prepacks its weights like the "
+        "model's own session: batch 1 of the 50 MB MLP on 2 threads in ~1.4 ms instead of ~1.7, for a second "
+        "packed copy of the weights (+56 MB for that model, counted in its measured memory, so fewer models fit) "
+        "and a first load that packs twice; reloads pack both in the background. Off by default: memory is the "
+        "cache; turn it on for a CPU host that serves few models at low concurrency (docs/execution.md)",
+    )
+    idle_loop_lone_batches: bool = Field(
+        True, description="a wide lone batch (wide_lone_batches) that arrives while the event loop was idle runs "
+        "on the loop thread instead of a worker thread, once per idle spell (ground/loopidle.py): no thread hop, "
+        "~0.4 ms of a ~3 ms request at concurrency 1 on 2 cores; a backlog of calls inside gRPC keeps the loop "
+        "busy, so under load the batches stay on worker threads",
+    )
     default_max_batch_size: int = Field(
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"
     )

@@ -45,7 +45,8 @@ INLINE_AFTER = 8
 # worker thread, behind a throwaway environment switch given to bench/batching.py --no-triton --rounds 3
 # --seconds 4 --variant, same run): concurrency 1 p50
 # 4.56 ms against 5.36 (1.27x the plain server's against 1.50x), but concurrency 32 fell to 270 req/s against
-# 957, for the reason above. Not kept.
+# 957, for the reason above. Not kept in that form: a wide lone batch now runs on the loop only right after
+# the loop woke from idle, once per wake (ground/loopidle.py), which a backlog in gRPC never lets happen.
 
 
 @dataclass(slots=True)
@@ -221,6 +222,9 @@ class ModelRunner:
         """The core started this batch (out of the queue, onto an executor): run it in a worker thread, or,
         for a model whose batches take microseconds, right here on the event loop."""
         items = [self._items.pop(s) for s in seqs]
+        if wide and self._gate.run_here():  # a lone request on an idle host: no thread hop (ground/loopidle.py)
+            self._execute_inline(items, now, wide=True)
+            return
         if self._inline():
             if self._inline_depth == 0:
                 self._execute_inline(items, now)
@@ -244,12 +248,12 @@ class ModelRunner:
         return (device is not None and device.kind == "cpu" and s.count >= INLINE_AFTER
                 and self._stats.compute_s_recent < INLINE_MAX_S)
 
-    def _execute_inline(self, items: list[_Item], started: float) -> None:
+    def _execute_inline(self, items: list[_Item], started: float, wide: bool = False) -> None:
         self._inline_depth += 1
         try:
             self._record_queue(items, started)
             try:
-                self._answer(items, *self._run_batch(items))
+                self._answer(items, *self._run_batch(items, wide))
             except Exception as e:  # noqa: BLE001 - the model failed: every request in the batch gets the error
                 self._fail_batch(items, e)
             finally:

@@ -22,6 +22,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ground.loopidle import LoopIdle, idle_loop_factory
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import serve_metrics
 
@@ -64,7 +65,8 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
     plan = execution_plan(settings, kind)
     # the plan's threads: the settings, lowered when slots x threads would oversubscribe the cores
     return DeviceSpec(kind=kind, ort_intra_op_threads=plan.threads, ort_spinning=settings.ort_spinning,
-                      torch_threads=plan.threads, ort_wide_threads=plan.wide)
+                      torch_threads=plan.threads, ort_wide_threads=plan.wide,
+                      ort_wide_prepacked=settings.wide_prepacked)
 
 
 def lower_thread_priority(nice: int) -> None:
@@ -111,6 +113,8 @@ class Hostd:
         self.tenant_source = (tenant_limits.RedisLimits(heartbeat.redis_url, settings.tenants_prefix)
                               if heartbeat is not None and heartbeat.redis_url
                               else tenant_limits.FileLimits(settings.tenant_limits) if settings.tenant_limits else None)
+        # fed by the selector of the loop `serve` runs (ground/loopidle.py); on any other loop it stays quiet
+        self.loop_idle = LoopIdle()
         plan = execution_plan(settings, self.device.kind)
         if plan.note:
             log.warning("execution: %s", plan.note)
@@ -120,6 +124,7 @@ class Hostd:
             on_wait=lambda tenant, s: self.metrics.slot_wait.labels(tenant).observe(s),
             per_model=settings.execution_slots_per_model, unit=settings.fair_unit,
             wide_max_s=WIDE_MAX_S if plan.wide else 0.0,
+            loop_idle=self.loop_idle if plan.wide and settings.idle_loop_lone_batches else None,
         )
         # the disk tier's writes and saved graphs run in the background at the lowest priority: on a busy
         # host they wait, rather than slow the loads and requests that follow a cold load
@@ -341,4 +346,6 @@ def parse_shares(text: str, budget: int) -> dict[str, Share]:
 
 def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: HeartbeatSettings | None = None) -> NoReturn:
     """Serve until SIGTERM or SIGINT, drain, and end the process (`mmhost hostd`'s own): exit_after."""
-    asyncio.run(exit_after(Hostd(settings, s3, heartbeat).run_forever()))
+    hostd = Hostd(settings, s3, heartbeat)
+    with asyncio.Runner(loop_factory=idle_loop_factory(hostd.loop_idle)) as runner:
+        runner.run(exit_after(hostd.run_forever()))

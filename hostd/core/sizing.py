@@ -25,7 +25,9 @@ one of the two often has no core. Measured again on a quiet host (load 1.1-1.8, 
 bench/batching.py --variant runs: c1 p50 1.39x and 1.56x the plain server against 1.61x and 1.79x without it,
 c32 1275 and 1113 req/s against 1164 and 1087; beside the noisy model (bench/noisy_model.py, two pairs) the
 light model's p99 was no worse (25.6/32.4 against 70.1/82.0 ms, 20.3/23.1 against 24.5/30.9). So the setting
-(wide_lone_batches) is on by default; the pure plan below takes `wide` as asked.
+(wide_lone_batches) is on by default; the pure plan below takes `wide` as asked. Where such a batch runs (a
+worker thread, or the event loop's own thread right after the loop was idle: ground/loopidle.py) and whether
+its session prepacks (wide_prepacked) are the shell's business: docs/execution.md items 9 and 10.
 
 Measured on 2 shared cores, one run each (bench/batching.py --variant, per-round medians; bench/noisy_model.py
 --direct-only), and not adopted:

@@ -26,6 +26,7 @@ class DeviceSpec:
     ort_intra_op_threads: int = 0
     ort_spinning: bool = False
     ort_wide_threads: int = 0  # intra-op threads of a model's second session for lone batches (0: none)
+    ort_wide_prepacked: bool = False  # that session prepacks its weights (a second packed copy; hostd/runtimes/onnx.py)
     torch_threads: int = 0
 
     @property

@@ -133,17 +133,18 @@ def _in_place(source: ModelSource) -> bool:
     return isinstance(source, GraphSource) and (isinstance(source.graph, Path) or source.in_place)
 
 
-def _wide_session(source: ModelSource, device: DeviceSpec):
+def _wide_session(source: ModelSource, device: DeviceSpec, prepack: bool = False):
     """The model's second session, on `device.ort_wide_threads` threads, for lone batches of one request
     (hostd/core/dispatch.py), or None. Only over weights it reads where they lie (a graph with its weights
-    apart, in memory in place or mapped from the disk tier), and without prepacking them, so that it costs
-    no second copy of the weights (50 MB MLP: +3 MB; prepacked, +56 MB); batch 1 on 2 threads unpacked took
-    1.73-1.98 ms against 1.53-1.68 prepacked and 2.55-2.75 on one thread (one run each, busy 2-core box)."""
+    apart, in memory in place or mapped from the disk tier), and by default without prepacking them, so that
+    it costs no second copy of the weights (50 MB MLP: +3 MB; prepacked, +56 MB); batch 1 on 2 threads unpacked
+    took 1.73-1.98 ms against 1.53-1.68 prepacked and 2.55-2.75 on one thread (one run each, busy 2-core box).
+    `prepack` (the setting wide_prepacked): the second copy, for the faster lone batches."""
     if not _in_place(source):
         return None
     wide = replace(device, ort_intra_op_threads=device.ort_wide_threads)
     try:
-        return _session(source, wide, prepack=False)[0]
+        return _session(source, wide, prepack=prepack)[0]
     except RuntimeLoadError:  # the model still runs, on its plan's threads
         log.warning("no wide session for this model", exc_info=True)
         return None
@@ -227,22 +228,28 @@ class OnnxModel(LoadedModel):
         self._output_names = [o.name for o in self._sess.get_outputs()]
         self._wide = None
         if device.kind == "cpu" and device.ort_wide_threads > max(1, device.ort_intra_op_threads):
-            self._wide = _wide_session(source, device)
+            # with wide_prepacked, a deferred load packs this session's weights in `upgrade` too
+            self._wide = _wide_session(source, device, prepack=device.ort_wide_prepacked and self._deferred is None)
         self.wide = self._wide is not None
+        self._wide_unpacked = self.wide and device.ort_wide_prepacked and self._deferred is not None
 
     @property
     def upgrade_pending(self) -> bool:
         return self._deferred is not None
 
     def upgrade(self) -> None:
-        """The prepacked session, built and swapped in; a batch running keeps the session it started on."""
+        """The prepacked session (and, with wide_prepacked, the wide one), built and swapped in; a batch
+        running keeps the session it started on."""
         source = self._deferred
         if source is None:
             return
         sess, _ = _session(source, self.device)  # the same weights in place: `kept` is already held
+        wide = _wide_session(source, self.device, prepack=True) if self._wide_unpacked else None
         with self._swap:
             if not self._closed:
                 self._sess = sess
+                if wide is not None:
+                    self._wide, self._wide_unpacked = wide, False
                 self._deferred = None
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:

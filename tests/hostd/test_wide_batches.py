@@ -92,3 +92,99 @@ def test_the_runner_runs_a_lone_request_wide_and_a_batch_of_several_on_the_plan(
     assert asyncio.run(main(0.005)) == 2 and model.ran == [("wide", 1), ("plan", 4), ("plan", 3)]
     model.ran.clear()
     assert asyncio.run(main(0.0)) == 2 and all(w == "plan" for w, _ in model.ran)  # no wide batches
+
+
+class Scripted:
+    """A LoopIdle stand-in: answers `take` from a script, then False."""
+
+    def __init__(self, *answers: bool) -> None:
+        self.answers = list(answers)
+
+    def take(self, now: float) -> bool:
+        return self.answers.pop(0) if self.answers else False
+
+
+class Thread(Where):
+    """Where, also recording whether each batch ran on the event loop's thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop_thread = threading.get_ident()
+        self.on_loop: list[bool] = []
+
+    def run(self, inputs, outputs):
+        self.on_loop.append(threading.get_ident() == self.loop_thread)
+        return super().run(inputs, outputs)
+
+    def run_wide(self, inputs, outputs):
+        self.on_loop.append(threading.get_ident() == self.loop_thread)
+        return super().run_wide(inputs, outputs)
+
+
+def test_a_lone_request_on_an_idle_loop_runs_wide_on_the_loop_and_one_started_by_a_finish_does_not():
+    hog, model = Thread(), Thread()
+
+    async def main() -> None:
+        # the hog's lone request finds the loop busy; the model's second request finds it idle
+        gate = ExecutionGate(2, wide_max_s=0.005, loop_idle=Scripted(False, True))  # type: ignore[arg-type]
+        with ThreadPoolExecutor(2) as pool:
+            def runner(name: str, loaded: Thread) -> ModelRunner:
+                return ModelRunner(tenant="t", model=name, loaded=loaded, config=BatchConfig(max_batch_size=8),
+                                   limits=QueueLimits(max_queue_size=100), instances=1, pool=pool,
+                                   stats=ModelStats(), metrics=HostdMetrics(), gate=gate)
+
+            h, r = runner("hog", hog), runner("m", model)
+            hog.release.clear()
+            model.release.set()
+            first = asyncio.ensure_future(h.infer(_req()))  # wide on a worker thread, every slot held
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(r.infer(_req()))  # waits for a slot; alone once the hog finishes
+            await asyncio.sleep(0.05)
+            assert model.ran == []
+            hog.release.set()
+            await asyncio.gather(first, second)
+            await r.infer(_req())  # alone, and the loop was idle: wide, on the loop thread
+            await asyncio.wait_for(asyncio.gather(h.wait_idle(), r.wait_idle()), 5)
+            assert gate.free == 2
+
+    asyncio.run(main())
+    assert hog.ran == [("wide", 1)] and hog.on_loop == [False]
+    # the model's first batch was started by the hog's finish, whose answer still waited on the loop
+    assert model.ran == [("wide", 1), ("wide", 1)]
+    assert model.on_loop == [False, True]
+
+
+def _packs(sess) -> bool:
+    """Whether an ONNX Runtime session prepacks its weights (its options as built)."""
+    opts = sess.get_session_options()
+    try:
+        return opts.get_session_config_entry("session.disable_prepacking") != "1"
+    except RuntimeError:  # never set: ORT's default, prepacked
+        return True
+
+
+def test_with_wide_prepacked_the_wide_session_packs_at_a_first_load_and_after_a_deferred_one(tmp_path):
+    src = tmp_path / "m.onnx"
+    build_onnx_mlp(src, (16, 64, 4))
+    manifest = onnx_manifest("acme", "m", "1", src, "model.onnx")
+    x = {"input": np.random.default_rng(1).random((1, 16), dtype=np.float32)}
+
+    def load(device: DeviceSpec, defer: bool) -> onnx_rt.OnnxModel:
+        split = onnx_rt.split_model(memoryview(bytearray(src.read_bytes())))
+        assert split is not None
+        return onnx_rt.OnnxModel(split[0], manifest, device, defer_prepack=defer)
+
+    packed = DeviceSpec(ort_intra_op_threads=1, ort_wide_threads=2, ort_wide_prepacked=True)
+    first = load(packed, defer=False)
+    assert first.wide and _packs(first._wide)  # measured with the load: its memory is the model's
+    reload = load(packed, defer=True)
+    assert reload.wide and not _packs(reload._wide)  # answers first, as fast as a reload is
+    before = reload.run_wide(x, [])["output"]
+    reload.upgrade()
+    assert _packs(reload._wide) and not reload.upgrade_pending
+    np.testing.assert_allclose(reload.run_wide(x, [])["output"], before, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first.run_wide(x, [])["output"], before, rtol=1e-5, atol=1e-6)
+    # the default: never a second packed copy, before or after the upgrade
+    plain = load(WIDE, defer=True)
+    plain.upgrade()
+    assert plain.wide and not _packs(plain._wide) and not _packs(load(WIDE, defer=False)._wide)

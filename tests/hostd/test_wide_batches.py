@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from hostd.batch_policy import BatchConfig
-from hostd.batcher import ModelRunner, QueueLimits
+from hostd.batcher import INLINE_AFTER, ModelRunner, QueueLimits
 from hostd.execution import ExecutionGate
 from hostd.metrics import HostdMetrics
 from hostd.runtimes import onnx as onnx_rt
@@ -188,3 +188,26 @@ def test_with_wide_prepacked_the_wide_session_packs_at_a_first_load_and_after_a_
     plain = load(WIDE, defer=True)
     plain.upgrade()
     assert plain.wide and not _packs(plain._wide) and not _packs(load(WIDE, defer=False)._wide)
+
+
+def test_a_microsecond_model_runs_on_its_plan_s_session_on_the_loop_even_when_the_loop_was_idle():
+    model = Thread()
+    idle = Scripted()  # the loop never idle while the model's batches are measured on worker threads
+
+    async def main() -> None:
+        gate = ExecutionGate(2, wide_max_s=0.005, loop_idle=idle)  # type: ignore[arg-type]
+        with ThreadPoolExecutor(2) as pool:
+            r = ModelRunner(tenant="t", model="m", loaded=model, config=BatchConfig(max_batch_size=8),
+                            limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
+                            metrics=HostdMetrics(), gate=gate)
+            model.release.set()
+            for _ in range(INLINE_AFTER):
+                await r.infer(_req())
+            idle.answers = [True]
+            await r.infer(_req())
+            await asyncio.wait_for(r.wait_idle(), 5)
+
+    asyncio.run(main())
+    assert model.ran[:INLINE_AFTER] == [("wide", 1)] * INLINE_AFTER and not any(model.on_loop[:INLINE_AFTER])
+    assert model.ran[-1] == ("plan", 1) and model.on_loop[-1]  # measured in microseconds: inline, as before
+    assert idle.answers == [True]  # the loop's idle wake was left for a batch that needs it

@@ -95,7 +95,14 @@ class Hostd:
         self.repo = ModelRepository(self.storage)
         # model threads below the event loop (compute_nice); ORT's own pool threads inherit the loader's value
         nice = (lambda: lower_thread_priority(settings.compute_nice)) if settings.compute_nice else None
-        self.exec_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="exec", initializer=nice)
+        plan = execution_plan(settings, self.device.kind)
+        # one batch thread per execution slot, and one to hand over to while a finished batch's thread returns:
+        # batches never run more at once (the gate's slots bound them; a wide batch borrows slots, one thread).
+        # Was 32: the pool started threads on the event loop as it went, and handed batches round threads gone
+        # cold; bench/noisy_model.py --direct-only, 32 against 3 interleaved (two pairs, 7 s phases): light p99
+        # beside the noisy model 12.8/12.7 and 16.2/14.4 ms against 9.5/12.0 and 9.1/10.8, noisy kept 0.85-0.95
+        # against 0.88-0.96; bench/batching.py c32 1,391 against 1,374 req/s (the same within noise)
+        self.exec_pool = ThreadPoolExecutor(max_workers=plan.slots + 1, thread_name_prefix="exec", initializer=nice)
         self.load_pool = ThreadPoolExecutor(max_workers=LOAD_WORKERS, thread_name_prefix="load", initializer=nice)
         self.metrics.load_workers.set(LOAD_WORKERS)
         self.budget = parse_bytes(settings.device_memory, self.probe.total())
@@ -115,7 +122,6 @@ class Hostd:
                               else tenant_limits.FileLimits(settings.tenant_limits) if settings.tenant_limits else None)
         # fed by the selector of the loop `serve` runs (ground/loopidle.py); on any other loop it stays quiet
         self.loop_idle = LoopIdle()
-        plan = execution_plan(settings, self.device.kind)
         if plan.note:
             log.warning("execution: %s", plan.note)
         self.metrics.execution_slots.set(plan.slots)

@@ -58,39 +58,21 @@ class LoopIdle:
         return False
 
 
-class IdleSelector(selectors.BaseSelector):
+class IdleSelector(selectors.DefaultSelector):
     """The platform's default selector, timing each wait for `LoopIdle` on `clock` (the one `take` is asked on)."""
 
     def __init__(self, idle: LoopIdle, clock: Callable[[], float] = time.monotonic) -> None:
-        self._sel = selectors.DefaultSelector()
+        super().__init__()
         self._idle = idle
         self._clock = clock
 
     def select(self, timeout: float | None = None):
         if timeout is not None and timeout <= 0:  # a poll: the loop has work ready, so it is not idle
-            return self._sel.select(timeout)
+            return super().select(timeout)
         t0 = self._clock()
-        events = self._sel.select(timeout)
+        events = super().select(timeout)
         self._idle.waited(t0, self._clock())
         return events
-
-    def register(self, fileobj, events, data=None):
-        return self._sel.register(fileobj, events, data)
-
-    def unregister(self, fileobj):
-        return self._sel.unregister(fileobj)
-
-    def modify(self, fileobj, events, data=None):
-        return self._sel.modify(fileobj, events, data)
-
-    def get_key(self, fileobj):
-        return self._sel.get_key(fileobj)
-
-    def get_map(self):
-        return self._sel.get_map()
-
-    def close(self) -> None:
-        self._sel.close()
 
 
 def idle_loop_factory(idle: LoopIdle, clock: Callable[[], float] = time.monotonic) -> Callable[[], asyncio.AbstractEventLoop]:

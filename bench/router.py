@@ -1,7 +1,9 @@
 """The router's cost, in one run: the same model and closed-loop load (Triton asyncio clients) sent straight to a
-hostd, through the router, through the router with its fast lane (fast_lane=haproxy: HAProxy in front, with the
-router's auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio
-pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy), unary and, as
+hostd, through the router (its ModelInfer forwards on streams to the hostd: router/host_streams.py), through the
+same router with one gRPC call per forward ('router unary', hostd_streams=0), through the router with its fast
+lane (fast_lane=haproxy: HAProxy in front, with the router's auth and routes; router/fastlane.py), through
+nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio pass-through with no logic
+(bench/passthrough.py: the floor of any Python gRPC proxy making a call per forward), unary and, as
 'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does. For each concurrency
 level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
 (from /proc, over the measured window), and the router's CPU per request against hostd's. Targets (issue #13):
@@ -35,13 +37,15 @@ from catalog.publish import publish_version  # noqa: E402
 from catalog.repository import ModelRepository  # noqa: E402
 
 
-def start_router(hostd: str, tenants: Path, store: Path, workdir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_router(hostd: str, tenants: Path, store: Path, workdir: Path, *extra: str,
+                 env: dict | None = None) -> tuple[subprocess.Popen, str]:
     addr = f"127.0.0.1:{free_port()}"
-    log = open(workdir / f"router{'-'.join(extra)}.log", "wb")
+    log = open(workdir / f"router{'-'.join(extra)}{len(env or ())}.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", hostd, "--tenants", str(tenants),
          "--store", str(store), "--metrics-port", "0", "--log-level", "WARNING", *extra],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true"},
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true", **(env or {})},
     )
     wait_serving(addr, proc)
     return proc, addr
@@ -83,6 +87,8 @@ def main() -> None:
               f"{a.seconds:.0f}s per point; {os.cpu_count()} CPUs")
         hostd, haddr = start_hostd(str(t / "store"), t, "--preload", "--default-tenant", "bench")
         router, raddr = start_router(haddr, t / "tenants.json", t / "store", t)
+        # the same router making one gRPC call per forward (hostd_streams=0), as before router/host_streams.py
+        unary, uaddr = start_router(haddr, t / "tenants.json", t / "store", t, env={"MMHOST_ROUTER_HOSTD_STREAMS": "0"})
         fast = fast_pid = None
         if not a.no_fast_lane:  # the router with its fast lane: HAProxy in front, a child of the router
             fast, faddr = start_router(haddr, t / "tenants.json", t / "store", t, "--fast-lane", "haproxy")
@@ -107,6 +113,7 @@ def main() -> None:
             for c in levels:
                 pts = {"direct": measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid})}
                 pts["router"] = measured(raddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": router.pid})
+                pts["router unary"] = measured(uaddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": unary.pid})
                 if fast is not None:
                     pts["fast lane"] = measured(faddr, x, c, a.seconds, headers,
                                                 {"hostd": hostd.pid, "router": fast.pid, "haproxy": fast_pid})
@@ -116,10 +123,10 @@ def main() -> None:
                 pts["pass+read"] = measured(saddr, x, c, a.seconds, None, {"hostd": hostd.pid, "pass+read": passread.pid})
                 rows.append((c, pts))
         finally:
-            for p in (passthru, passread, nginx, fast, router, hostd):
+            for p in (passthru, passread, nginx, fast, unary, router, hostd):
                 if p is not None:
                     stop(p)
-    print(f"{'conc':>4} | {'path':<11} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
+    print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
           f"CPU us/request")
     for c, pts in rows:
         d = pts["direct"]
@@ -129,10 +136,10 @@ def main() -> None:
             proxy = sum(us for n, us in r["cpu_us"].items() if n != "hostd") if len(r["cpu_us"]) > 1 else None
             vs = f" (proxy/hostd {proxy / r['cpu_us']['hostd']:.2f}x)" if proxy is not None and r["cpu_us"]["hostd"] else ""
             errs = f" errors={r['errors']}" if r["errors"] else ""
-            print(f"{c:>4} | {name:<11} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
+            print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
                   f"{r['p50'] - d['p50']:+8.2f} | {cpu}{vs}{errs}")
     targets = []
-    for path in ("router", "fast lane"):
+    for path in ("router", "router unary", "fast lane"):
         for c, pts in rows:
             if path not in pts:
                 continue
@@ -143,10 +150,10 @@ def main() -> None:
             if c == 32:
                 k = r["rps"] / d["rps"]
                 targets.append(f"c32 {path} kept {k:.2f}x (target >= 0.8x): {'holds' if k >= 0.8 else 'NOT met'}")
-                if path == "router":
+                if path == "router unary":
                     floor = pts["passthrough"]["rps"] / d["rps"]
-                    targets.append(f"c32 grpc.aio pass-through floor kept {floor:.2f}x: the router is at "
-                                   f"{k / floor:.2f}x of what a Python proxy with no logic keeps")
+                    targets.append(f"c32 grpc.aio pass-through floor kept {floor:.2f}x: the router with a call per "
+                                   f"forward is at {k / floor:.2f}x of what a Python proxy with no logic keeps")
             if c == 16 and a.small:  # the fast lane's cost is HAProxy's and the router's (its log reader) together
                 proxy = sum(us for n, us in r["cpu_us"].items() if n != "hostd")
                 ratio = proxy / r["cpu_us"]["hostd"]

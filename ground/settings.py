@@ -308,6 +308,12 @@ class RouterSettings(BaseSettings):
     retry_budget_cap: float = Field(100.0, ge=1, description="retry budget: most retries saved up")
     default_timeout_s: float = Field(0.0, ge=0, description="deadline for calls that set none; 0 = none")
     max_message_bytes: int = Field(64 << 20, gt=0, description="largest request or response forwarded")
+    hostd_streams: int = Field(
+        4, ge=0, le=64, description="ModelInfer calls go to each hostd on up to this many streams (HostdData.Infer, "
+        "router/host_streams.py: no gRPC call per forward); 0 = one unary call per forward, as a C proxy would")
+    hostd_stream_max_body_bytes: int = Field(
+        256 << 10, ge=0, description="larger ModelInfer requests go as unary calls: one stream's messages are sent "
+        "in order, so a big one would hold back the small ones behind it")
     inflight_bytes: str = Field(
         "256MiB", description="ModelInfer request bytes in flight in this router, all tenants together "
         "(ground/inflight_policy.py); past it requests get RESOURCE_EXHAUSTED inflight_bytes: bytes (256MiB) or a "

@@ -36,7 +36,7 @@ from ground.settings import HeartbeatSettings
 from hostd.heartbeat import Heartbeat
 from ground import tls
 from ground.interceptors import ErrorInterceptor
-from hostd import wire_request
+from hostd import forwarded, wire_request
 from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
@@ -240,9 +240,12 @@ class Hostd:
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         hostd_control_pb2_grpc.add_HostdControlServicer_to_server(ControlServicer(self.status), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # routers' ModelInfer calls, many to a stream (raw frames: ground/forwarded.py)
+        self.server.add_generic_rpc_handlers((forwarded.handler(self.servicer.plane, self.servicer.default_tenant),))
         names = (
             grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
             hostd_control_pb2.DESCRIPTOR.services_by_name["HostdControl"].full_name,
+            forwarded.SERVICE_NAME,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ["protos/model_config.proto", "protos/grpc_service.proto", "protos/hostd_control.proto", "protos/router_header.proto",
-          "protos/uploads.proto"]
+          "protos/uploads.proto", "protos/hostd_data.proto"]
 
 
 def generate(out_dir: Path) -> None:

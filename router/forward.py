@@ -13,10 +13,11 @@ import asyncio
 
 from grpc import aio
 
-from ground.wire import SERVICE
+from ground.wire import SERVICE, TENANT_HEADER
 from protos import hostd_control_pb2 as hc
 from ground.tls import ClientTLSFiles
 from router.host_client import HostError
+from router.host_streams import HostStreams
 
 __all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
 STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
@@ -24,7 +25,10 @@ STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
 
 class Forwarder:
     def __init__(self, max_message_bytes: int, tls: ClientTLSFiles | None = None,
-                 tls_options: list[tuple[str, str]] | None = None, rotate_grace_s: float = 30.0) -> None:
+                 tls_options: list[tuple[str, str]] | None = None, rotate_grace_s: float = 30.0,
+                 streams: int = 0, stream_max_body_bytes: int = 0) -> None:
+        """`streams`: ModelInfer calls go to each host on up to this many streams (router/host_streams.py),
+        those with bodies up to `stream_max_body_bytes`; 0: one unary call each."""
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.enable_retries", 0)] + list(tls_options or ())
@@ -34,6 +38,7 @@ class Forwarder:
         self._channels: dict[str, aio.Channel] = {}
         self._calls: dict[tuple[str, str], aio.UnaryUnaryMultiCallable] = {}
         self._retired: dict[asyncio.Task, aio.Channel] = {}  # old channels closing after a rotation
+        self._streams = HostStreams(streams, stream_max_body_bytes)
 
     def _channel(self, address: str) -> aio.Channel:
         ch = self._channels.get(address)
@@ -59,6 +64,7 @@ class Forwarder:
         self._creds, self._generation = creds, gen
         old, self._channels = self._channels, {}
         self._calls.clear()
+        self._streams.drop()
         for ch in old.values():
             self._retire(ch)
         return True
@@ -73,7 +79,13 @@ class Forwarder:
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
                     metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
         """The hostd's response bytes; HostError on any failure. `trailers`: gets the answer's trailing
-        metadata on success (the errors carry theirs)."""
+        metadata on success (the errors carry theirs). ModelInfer goes on a stream (router/host_streams.py)
+        unless streams are off or the body is big."""
+        if method == "ModelInfer" and len(metadata) == 1 and self._streams.takes(body):
+            resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body, timeout)
+            if trailers is not None:
+                trailers.extend(trailing)
+            return resp
         try:
             call = self._callable(address, method)(body, timeout=timeout, metadata=metadata)
             resp = await call
@@ -93,6 +105,7 @@ class Forwarder:
         `rotate_grace_s` to finish (closing at once cancels them: a request would pay for the view's change)."""
         for addr in [a for a in self._channels if a not in keep]:
             ch = self._channels.pop(addr)
+            self._streams.drop(addr)
             for k in [k for k in self._calls if k[0] == addr]:
                 del self._calls[k]
             self._retire(ch)
@@ -103,6 +116,7 @@ class Forwarder:
         t.add_done_callback(lambda done: self._retired.pop(done, None))
 
     async def close(self) -> None:
+        self._streams.cancel_all()
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
@@ -110,3 +124,10 @@ class Forwarder:
         for t, ch in list(self._retired.items()):
             t.cancel()
             await ch.close()
+
+
+def _tenant(metadata: tuple[tuple[str, str], ...]) -> str:
+    for k, v in metadata:
+        if k == TENANT_HEADER:
+            return v
+    return ""

@@ -72,7 +72,8 @@ class Router:
             msg = str(e) if str(e).startswith("router:") else f"router: {e}"
             raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
-        self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options)
+        self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options, streams=s.hostd_streams,
+                                   stream_max_body_bytes=s.hostd_stream_max_body_bytes)
         self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
         self._dropped_read_at = -float("inf")
         if s.fast_lane == "haproxy":

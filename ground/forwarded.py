@@ -1,0 +1,52 @@
+"""The frames of HostdData.Infer (protos/hostd_data.proto): a router's ModelInfer calls to one hostd, many to a
+stream (router/host_streams.py, hostd/forwarded.py). The request and response bytes go in and out of a frame
+as they are, never parsed or copied by protobuf: the frame's small fields are a protobuf message of their own
+and the bytes follow as field 15 (protobuf reads fields in any order, so a frame is still that message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from google.protobuf.message import DecodeError
+
+from ground.protowire import Malformed, encode_varint, split_bytes_field
+from protos import hostd_data_pb2 as hd
+
+METHOD = "/mmhost.hostd.HostdData/Infer"
+SERVICE_NAME = "mmhost.hostd.HostdData"
+_BYTES = bytes([15 << 3 | 2])  # the tag of field 15 (length-delimited) in both frames
+
+
+def encode_call(seq: int, tenant: str, timeout_us: int, request: bytes) -> bytes:
+    head = hd.ForwardedCall(seq=seq, tenant=tenant, timeout_us=timeout_us).SerializeToString()
+    return b"".join((head, _BYTES, encode_varint(len(request)), request))
+
+
+def decode_call(frame: bytes) -> tuple[hd.ForwardedCall, memoryview]:
+    """(the call's small fields, its request as a view into `frame`). Raises Malformed."""
+    return _split(frame, hd.ForwardedCall)
+
+
+def encode_answer(seq: int, code: int, message: str, trailers: Sequence[tuple[str, str]], response: bytes) -> bytes:
+    head = hd.ForwardedAnswer(seq=seq, code=code, message=message,
+                              trailers=[hd.Trailer(key=k, value=v) for k, v in trailers]).SerializeToString()
+    if not response:
+        return head
+    return b"".join((head, _BYTES, encode_varint(len(response)), response))
+
+
+def decode_answer(frame: bytes) -> tuple[hd.ForwardedAnswer, memoryview]:
+    """(the answer's small fields, its response as a view into `frame`). Raises Malformed."""
+    return _split(frame, hd.ForwardedAnswer)
+
+
+def _split(frame: bytes, kind):
+    try:
+        values, rest = split_bytes_field(frame, 15)
+        head = kind.FromString(b"".join(rest))
+    except DecodeError as e:
+        raise Malformed(str(e)) from None
+    if len(values) > 1:
+        raise Malformed("a frame carries one message")
+    return head, values[0] if values else memoryview(b"")

@@ -1,0 +1,114 @@
+"""HostdData.Infer on a hostd: a router's ModelInfer calls, many to a stream (protos/hostd_data.proto,
+ground/forwarded.py). Each call is answered as a unary ModelInfer would be, by the same data plane, with the
+same decoding (hostd/wire_request.py: large raw tensors stay views into the bytes that arrived), byte budget,
+draining, deadline (the frame's `timeout_us`, and the call's `timeout` parameter) and statistics; its answer
+frame carries the status code, message and trailing metadata (mmhost-reason, mmhost-request-id,
+retry-after-ms, mmhost-served) the unary call would have had. Answers go out as calls finish, in any order.
+
+The tenant comes in each frame, as `mmhost-tenant` does on a unary call, from a router (with mutual TLS, the
+router-certificate check has passed before this handler runs: ground.tls.PeerCheckInterceptor); a frame
+without one is the dev-mode default tenant's, or UNAUTHENTICATED. A frame that cannot be read ends the
+stream INVALID_ARGUMENT: nothing in it can be answered, not even its seq.
+
+Bounds: at most MAX_INFLIGHT calls of one stream in flight; at the bound the stream is not read (gRPC's flow
+control then holds the router back). When the stream ends with calls in flight (the router went away, hostd
+stops), they are cancelled. When the router half-closes, the calls in flight are answered first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc import aio
+
+from ground.errors import InvalidArgument, ServingError, Unauthenticated
+from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer
+from ground.interceptors import WIRE_BYTES, status_of
+from ground.protowire import Malformed
+from ground.served import Served
+from ground.streaming import abort_stream
+from ground.wire import SERVED, TENANT_HEADER
+from hostd import wire_request
+from hostd.dataplane import DataPlane
+
+__all__ = ["MAX_INFLIGHT", "METHOD", "SERVICE_NAME", "handler"]
+MAX_INFLIGHT = 1024  # calls of one stream in flight at once (the router's own limits bound them first)
+
+
+def handler(plane: DataPlane, default_tenant: str | None) -> grpc.GenericRpcHandler:
+    """The generic handler to add to hostd's server."""
+    async def infer(requests, context: aio.ServicerContext) -> None:
+        await serve(plane, default_tenant, context)
+
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Infer": grpc.stream_stream_rpc_method_handler(infer)})
+
+
+async def answer(plane: DataPlane, tenant: str, frame_request: memoryview, timeout_us: int) -> tuple[int, str, tuple, bytes]:
+    """One call: (status code value, message, trailing metadata, response bytes), as the unary ModelInfer
+    (hostd/servicer.py) would answer it."""
+    served = Served()
+    try:
+        WIRE_BYTES.set(len(frame_request))
+        try:
+            request = wire_request.parse_infer_request(frame_request)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others
+            raise InvalidArgument(f"malformed request message: cannot decode it ({type(e).__name__})") from None
+        resp = await plane.infer(tenant, request, timeout_us / 1e6 if timeout_us > 0 else None, served,
+                                 raw=wire_request.RAW_INPUTS.get())
+        return 0, "", ((SERVED, served.encode()),), resp.SerializeToString()
+    except Exception as e:  # noqa: BLE001 - every failure is this call's answer (CancelledError is not one)
+        if served.version and isinstance(e, ServingError):
+            e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
+        code, text, md = status_of(e)
+        return code.value[0], text, md, b""
+
+
+async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext) -> None:
+    slots = asyncio.Semaphore(MAX_INFLIGHT)
+    writing = asyncio.Lock()
+    tasks: set[asyncio.Task] = set()
+    broken: list[Exception] = []
+
+    async def one(seq: int, tenant: str | None, request: memoryview, timeout_us: int) -> None:
+        try:
+            if tenant is None:
+                code, text, md = status_of(Unauthenticated(
+                    f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)"))
+                out = encode_answer(seq, code.value[0], text, md, b"")
+            else:
+                out = encode_answer(seq, *await answer(plane, tenant, request, timeout_us))
+            async with writing:
+                try:
+                    if not broken:
+                        await context.write(out)
+                except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
+                    broken.append(e)
+        finally:
+            slots.release()
+
+    try:
+        while True:
+            await slots.acquire()
+            if broken:
+                break
+            frame = await context.read()
+            if frame is aio.EOF:
+                slots.release()
+                break
+            try:
+                head, request = decode_call(frame)
+            except Malformed as e:
+                await abort_stream(context, InvalidArgument(f"malformed ForwardedCall frame: {e}"))
+                return
+            t = asyncio.create_task(one(head.seq, head.tenant or default_tenant, request, head.timeout_us))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+        while tasks and not broken:  # half-closed: answer what is in flight
+            await asyncio.wait(list(tasks), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,171 @@
+"""A router's ModelInfer calls to a hostd, many to a stream (HostdData.Infer: protos/hostd_data.proto,
+ground/forwarded.py, hostd/forwarded.py) instead of one gRPC call each: both processes skip gRPC's per-call
+work (a call's creation, its metadata and status, its own HTTP/2 stream). docs/router-streams.md has the
+measurements that made it the default.
+
+Each host gets up to `streams` streams, opened as calls need them and used in turn. A call goes out as a frame
+(its seq, tenant, time left and the request bytes unchanged) and its answer frame comes back with the same seq,
+in any order; the answer says what a unary call's status and trailing metadata would have, so everything above
+(router/forward.py's HostError, router/failover.py's rules, the access log) is the same either way.
+
+Failures, as a unary call's transport would have them:
+- the stream breaks (the host died, refused the connection, or ended the stream while calls were out): every
+  call out on it fails UNAVAILABLE with no mmhost-reason (the host's own reason when the stream ended with
+  one), which router/failover.py reads as a host that is down; the next call opens a new stream;
+- a call's deadline passes before its answer: DEADLINE_EXCEEDED here, as gRPC's client would say it (hostd got
+  the same deadline in the frame and drops the call from its queue when it passes);
+- the caller goes away (the tenant cancelled): its answer is dropped when it comes. hostd is not told (a unary
+  call's cancellation reaches it): the call runs to its end there.
+
+Big bodies do not take a stream (`max_body_bytes`): one stream's messages go out one after another, so an
+8 MB request would hold back every small one behind it on the same stream, where separate calls interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Sequence
+
+import grpc
+from grpc import aio
+
+from ground.forwarded import METHOD, decode_answer, encode_call
+from ground.protowire import Malformed
+from ground.wire import reason_of
+from router.host_client import HostError
+
+log = logging.getLogger(__name__)
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class _Stream:
+    """One HostdData.Infer call: frames written in order from a queue, answers matched to waiting futures."""
+
+    def __init__(self, channel: aio.Channel, address: str) -> None:
+        self.address = address
+        self.open = True
+        self.pending: dict[int, asyncio.Future] = {}
+        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._call = channel.stream_stream(METHOD)(self._frames())
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _frames(self):
+        while True:
+            frame = await self._out.get()
+            if frame is None:  # half-close: the host answers what is out, then ends the stream
+                return
+            yield frame
+
+    def send(self, seq: int, frame: bytes) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[seq] = fut
+        self._out.put_nowait(frame)
+        return fut
+
+    def close(self) -> None:
+        """No more calls on it: the ones out are answered, then the stream ends."""
+        if self.open:
+            self.open = False
+            self._out.put_nowait(None)
+
+    def cancel(self) -> None:
+        self.open = False
+        self._call.cancel()
+
+    async def _read(self) -> None:
+        err: HostError
+        try:
+            async for frame in self._call:
+                try:
+                    head, response = decode_answer(frame)
+                except Malformed as e:  # not a hostd's answer: nothing on this stream can be trusted
+                    err = HostError(grpc.StatusCode.UNAVAILABLE, f"the host's stream sent a malformed answer: {e}")
+                    self._call.cancel()
+                    break
+                fut = self.pending.pop(head.seq, None)
+                if fut is not None and not fut.done():
+                    fut.set_result((head, response))
+            else:
+                err = HostError(grpc.StatusCode.UNAVAILABLE, "the host ended the stream")
+        except aio.AioRpcError as e:
+            trailing = tuple(e.trailing_metadata() or ())
+            code = e.code() if reason_of(trailing) is not None else grpc.StatusCode.UNAVAILABLE
+            err = HostError(code, e.details() or "the host's stream failed", trailing)
+        except asyncio.CancelledError:
+            err = HostError(grpc.StatusCode.UNAVAILABLE, "the stream to the host was closed")
+        except Exception as e:  # noqa: BLE001 - whatever broke the stream fails its calls, never the router
+            log.warning("stream to %s failed", self.address, exc_info=True)
+            err = HostError(grpc.StatusCode.UNAVAILABLE, f"the stream to the host failed ({type(e).__name__})")
+        self.open = False  # before the sweep: no call joins a stream whose reader is done
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+
+class HostStreams:
+    """Calls to hosts over up to `streams` streams per host (the Forwarder owns the channels)."""
+
+    def __init__(self, streams: int, max_body_bytes: int) -> None:
+        self.streams = streams
+        self.max_body_bytes = max_body_bytes
+        self._pools: dict[str, list[_Stream]] = {}
+        self._turn = itertools.count()
+        self._seq = itertools.count(1)
+
+    def takes(self, body: bytes) -> bool:
+        return self.streams > 0 and len(body) <= self.max_body_bytes
+
+    def _stream(self, channel: aio.Channel, address: str) -> _Stream:
+        pool = self._pools.get(address)
+        if pool is None:
+            pool = self._pools[address] = []
+        if any(not s.open for s in pool):
+            pool[:] = [s for s in pool if s.open]
+        if len(pool) < self.streams:
+            s = _Stream(channel, address)
+            pool.append(s)
+            return s
+        return pool[next(self._turn) % len(pool)]
+
+    async def call(self, channel: aio.Channel, address: str, tenant: str, body: bytes,
+                   timeout: float | None) -> tuple[bytes, Sequence[tuple[str, str]]]:
+        """(response bytes, trailing metadata) of one ModelInfer; HostError as a unary call would raise it."""
+        if timeout is not None and timeout <= 0:
+            raise HostError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        seq = next(self._seq)
+        stream = self._stream(channel, address)
+        fut = stream.send(seq, encode_call(seq, tenant, int(timeout * 1e6) if timeout is not None else 0, body))
+        timer = None
+        if timeout is not None:
+            timer = asyncio.get_running_loop().call_later(timeout, _expire, fut)
+        try:
+            head, response = await fut
+        finally:
+            if timer is not None:
+                timer.cancel()
+            stream.pending.pop(seq, None)
+        trailing = tuple((t.key, t.value) for t in head.trailers)
+        if head.code:
+            raise HostError(_CODES.get(head.code, grpc.StatusCode.UNKNOWN), head.message, trailing)
+        return bytes(response), trailing
+
+    def drop(self, address: str | None = None) -> None:
+        """Close the streams to `address` (every host's for None): their calls are answered, new calls open
+        new streams (on the channel given then)."""
+        for addr in [address] if address is not None else list(self._pools):
+            for s in self._pools.pop(addr, ()):
+                s.close()
+
+    def cancel_all(self) -> None:
+        for pool in self._pools.values():
+            for s in pool:
+                s.cancel()
+        self._pools.clear()
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(HostError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))

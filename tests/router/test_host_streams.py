@@ -1,0 +1,184 @@
+"""router/host_streams.py against a real hostd process, through the router's Forwarder: ModelInfer calls go many
+to a stream and come back as unary calls would (the same answer, mmhost-served for the access log); a host
+that hangs fails a call at its deadline; a host killed with calls out fails each as a transport failure, which
+router/failover.py reads as a host that is down (so the dispatcher retries elsewhere); big bodies go unary."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from ground.wire import SERVED, TENANT_HEADER
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
+from protos import grpc_service_pb2 as pb
+from router.failover import Outcome, classify
+from router.forward import Forwarder
+from router.host_client import HostError
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
+from storage_adapters.local import LocalStorage
+from tests.hostd_proc import HostdProc
+
+DIM = 64
+MD = ((TENANT_HEADER, "demo"),)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    seed_store(root)
+    work = tmp_path_factory.mktemp("models")
+    build_onnx_mlp(work / "big.onnx", (64, 2048, 2048, 10))  # ~1 ms a pass: calls are out when the host dies
+    publish_version(ModelRepository(LocalStorage(root)), onnx_manifest("demo", "mlp_big", "1", work / "big.onnx",
+                                                                        "model.onnx"), {"model.onnx": work / "big.onnx"})
+    return root
+
+
+@pytest.fixture
+def host(store, tmp_path):
+    h = HostdProc(str(store), tmp_path, args=["--preload"])
+    yield h
+    if h.proc.poll() is None:
+        os.kill(h.proc.pid, signal.SIGCONT)
+        h.stop()
+
+
+def _body(model: str = "mlp", seed: int = 0) -> bytes:
+    x = np.random.default_rng(seed).random((1, DIM), dtype=np.float32)
+    return pb.ModelInferRequest(model_name=model, raw_input_contents=[x.tobytes()], inputs=[
+        pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, DIM])]).SerializeToString()
+
+
+def _out(resp: bytes) -> np.ndarray:
+    return np.frombuffer(pb.ModelInferResponse.FromString(resp).raw_output_contents[0], np.float32)
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_calls_on_streams_answer_as_unary_calls_do(host):
+    async def go():
+        streamed, unary = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20), Forwarder(64 << 20)
+        try:
+            trailers: list = []
+            got = await asyncio.gather(*(streamed.unary(host.addr, "ModelInfer", _body(seed=i), timeout=30,
+                                                        metadata=MD, trailers=trailers) for i in range(8)))
+            want = [await unary.unary(host.addr, "ModelInfer", _body(seed=i), timeout=30, metadata=MD)
+                    for i in range(8)]
+            assert len(streamed._streams._pools[host.addr]) == 2  # the calls went on the streams
+            return got, want, trailers
+        finally:
+            await streamed.close()
+            await unary.close()
+
+    got, want, trailers = _run(go())
+    for g, w in zip(got, want, strict=True):  # concurrent calls may share a batch: the same up to rounding
+        np.testing.assert_allclose(_out(g), _out(w), rtol=1e-5, atol=1e-6)
+    assert [k for k, _ in trailers].count(SERVED) == 8
+
+
+def test_a_missing_model_fails_as_on_a_unary_call(host):
+    async def go():
+        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        try:
+            with pytest.raises(HostError) as e:
+                await f.unary(host.addr, "ModelInfer", _body("nope"), timeout=30, metadata=MD)
+            return e.value
+        finally:
+            await f.close()
+
+    err = _run(go())
+    assert err.code == grpc.StatusCode.NOT_FOUND and err.reason and classify(err.code, err.trailing) is Outcome.FINAL
+
+
+def test_a_hung_host_fails_the_call_at_its_deadline_and_serves_after(host):
+    async def go():
+        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        try:
+            await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)  # the stream is open
+            os.kill(host.proc.pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(HostError) as e:  # wait_for: a call that never fails must fail the test, not hang it
+                    await asyncio.wait_for(f.unary(host.addr, "ModelInfer", _body(), timeout=0.5, metadata=MD), 10)
+                waited = time.monotonic() - t0
+            finally:
+                os.kill(host.proc.pid, signal.SIGCONT)
+            after = await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)
+            return e.value, waited, after
+        finally:
+            await f.close()
+
+    err, waited, after = _run(go())
+    assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED and 0.5 <= waited < 5
+    assert pb.ModelInferResponse.FromString(after).outputs[0].name == "output"
+
+
+def test_a_host_killed_with_calls_out_fails_each_as_a_host_that_is_down(host):
+    async def go():
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        try:
+            await asyncio.gather(*(f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD) for _ in range(4)))
+            os.kill(host.proc.pid, signal.SIGSTOP)  # so that every call below is out when it dies
+            calls = [asyncio.ensure_future(f.unary(host.addr, "ModelInfer", _body("mlp_big", i), timeout=None,
+                                                   metadata=MD)) for i in range(64)]
+            await asyncio.sleep(0.2)
+            host.proc.kill()
+            done = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 20)  # none hangs
+            late = await asyncio.gather(f.unary(host.addr, "ModelInfer", _body(), timeout=5, metadata=MD),
+                                        return_exceptions=True)
+            return done, late[0]
+        finally:
+            await f.close()
+
+    done, late = _run(go())
+    assert all(isinstance(d, BaseException) for d in done), "the host died with every call out"
+    for e in done:
+        assert isinstance(e, HostError) and classify(e.code, e.trailing) is Outcome.HOST_DOWN, e
+    assert isinstance(late, HostError) and classify(late.code, late.trailing) is Outcome.HOST_DOWN
+
+
+def test_a_body_over_the_stream_limit_goes_as_a_unary_call(host):
+    async def go():
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=100)
+        try:
+            resp = await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)
+            return resp, dict(f._streams._pools)
+        finally:
+            await f.close()
+
+    resp, pools = _run(go())
+    assert pb.ModelInferResponse.FromString(resp).outputs and not pools.get(next(iter(pools), ""), [])
+
+
+def test_a_draining_host_answers_the_calls_out_and_refuses_new_ones_for_another_host(host):
+    """SIGTERM with calls out on the streams: each is answered, or refused as a host that is leaving (the
+    dispatcher retries it elsewhere); none gets a status the caller would see."""
+    async def go():
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        try:
+            await f.unary(host.addr, "ModelInfer", _body("mlp_big"), timeout=30, metadata=MD)
+            calls = [asyncio.ensure_future(f.unary(host.addr, "ModelInfer", _body("mlp_big", i), timeout=30,
+                                                   metadata=MD)) for i in range(256)]
+            await asyncio.sleep(0.01)
+            host.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)  # draining: new calls are refused
+            calls += [asyncio.ensure_future(f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD))
+                      for _ in range(8)]
+            return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 60)
+        finally:
+            await f.close()
+
+    done = _run(go())
+    answered = [d for d in done if isinstance(d, bytes)]
+    refused = [d for d in done if not isinstance(d, bytes)]
+    assert answered and refused
+    for e in refused:
+        assert isinstance(e, HostError) and classify(e.code, e.trailing) is Outcome.HOST_DOWN, e

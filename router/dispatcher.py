@@ -96,7 +96,7 @@ class Dispatcher:
             self.local.begin(key, p.host)
             try:
                 return await self.hosts.unary(p.host, method, body, timeout=timeout, metadata=md,
-                                              trailers=trailers), p.host
+                                              trailers=trailers, lane=key), p.host
             except HostError as e:
                 outcome = classify(e.code, e.trailing)
                 err = e.forwarded(p.host)

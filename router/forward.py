@@ -77,12 +77,13 @@ class Forwarder:
         return c
 
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None, lane: str = "") -> bytes:
         """The hostd's response bytes; HostError on any failure. `trailers`: gets the answer's trailing
         metadata on success (the errors carry theirs). ModelInfer goes on a stream (router/host_streams.py)
-        unless streams are off or the body is big."""
+        unless streams are off or the body is big; `lane` (the model's key) picks the streams it may share."""
         if method == "ModelInfer" and len(metadata) == 1 and self._streams.takes(body):
-            resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body, timeout)
+            resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body, timeout,
+                                                      lane)
             if trailers is not None:
                 trailers.extend(trailing)
             return resp
@@ -109,6 +110,10 @@ class Forwarder:
             for k in [k for k in self._calls if k[0] == addr]:
                 del self._calls[k]
             self._retire(ch)
+
+    def sweep(self) -> int:
+        """Close the streams of models that went idle (router/host_streams.py); on the router's refresh."""
+        return self._streams.sweep()
 
     def _retire(self, ch: aio.Channel) -> None:
         t = asyncio.get_running_loop().create_task(ch.close(grace=self._grace))

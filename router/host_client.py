@@ -38,7 +38,9 @@ class HostError(Exception):
 
 class HostClient(Protocol):
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None, lane: str = "") -> bytes:
         """The host's response bytes; HostError on any failure (the host's status or the transport's).
-        `trailers` (when given) gets the answer's trailing metadata on success."""
+        `trailers` (when given) gets the answer's trailing metadata on success. `lane`: the model's key, for
+        a connection that multiplexes calls (router/host_streams.py): calls of different lanes never queue
+        behind one another."""
         ...

@@ -3,7 +3,12 @@ ground/forwarded.py, hostd/forwarded.py) instead of one gRPC call each: both pro
 work (a call's creation, its metadata and status, its own HTTP/2 stream). docs/router-streams.md has the
 measurements that made it the default.
 
-Each host gets up to `streams` streams, opened as calls need them and used in turn. A call goes out as a frame
+Streams belong to one model on one host (the dispatcher's model key: tenant, model, version): a stream's frames
+go out one after another and its answers come back one after another, so a noisy model's backlog must never sit
+in front of another model's call, whichever tenant either is. A model gets one stream, and more (up to
+`streams`) only while every one it has carries GROW_AT calls or more; a call takes the model's stream with the
+fewest out. A model's streams close once it has sent nothing for IDLE_S (`sweep`, on the router's refresh), so
+a router that has called thousands of models holds streams only for those in use. A call goes out as a frame
 (its seq, tenant, time left and the request bytes unchanged) and its answer frame comes back with the same seq,
 in any order; the answer says what a unary call's status and trailing metadata would have, so everything above
 (router/forward.py's HostError, router/failover.py's rules, the access log) is the same either way.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 
 import grpc
@@ -38,6 +44,8 @@ from router.host_client import HostError
 
 log = logging.getLogger(__name__)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+GROW_AT = 4  # calls out on each of a model's streams before it gets another
+IDLE_S = 60.0  # a model's streams close when it has sent nothing for this long
 
 
 class _Stream:
@@ -105,38 +113,56 @@ class _Stream:
                 fut.set_exception(err)
 
 
-class HostStreams:
-    """Calls to hosts over up to `streams` streams per host (the Forwarder owns the channels)."""
+class _Pool:
+    __slots__ = ("streams", "used")
 
-    def __init__(self, streams: int, max_body_bytes: int) -> None:
+    def __init__(self) -> None:
+        self.streams: list[_Stream] = []
+        self.used = 0.0  # when a call last went out
+
+
+class HostStreams:
+    """Calls to hosts over up to `streams` streams per model and host (the Forwarder owns the channels)."""
+
+    def __init__(self, streams: int, max_body_bytes: int, clock=time.monotonic) -> None:
         self.streams = streams
         self.max_body_bytes = max_body_bytes
-        self._pools: dict[str, list[_Stream]] = {}
-        self._turn = itertools.count()
+        self._clock = clock
+        self._pools: dict[tuple[str, str], _Pool] = {}  # (address, lane) -> that model's streams to that host
         self._seq = itertools.count(1)
 
     def takes(self, body: bytes) -> bool:
         return self.streams > 0 and len(body) <= self.max_body_bytes
 
-    def _stream(self, channel: aio.Channel, address: str) -> _Stream:
-        pool = self._pools.get(address)
-        if pool is None:
-            pool = self._pools[address] = []
-        if any(not s.open for s in pool):
-            pool[:] = [s for s in pool if s.open]
-        if len(pool) < self.streams:
-            s = _Stream(channel, address)
-            pool.append(s)
-            return s
-        return pool[next(self._turn) % len(pool)]
+    def open_streams(self, address: str | None = None) -> int:
+        """Streams open (to `address`, or to every host)."""
+        return sum(len(p.streams) for (a, _), p in self._pools.items() if address is None or a == address)
 
-    async def call(self, channel: aio.Channel, address: str, tenant: str, body: bytes,
-                   timeout: float | None) -> tuple[bytes, Sequence[tuple[str, str]]]:
+    def _stream(self, channel: aio.Channel, address: str, lane: str) -> _Stream:
+        pool = self._pools.get((address, lane))
+        if pool is None:
+            pool = self._pools[address, lane] = _Pool()
+        pool.used = self._clock()
+        streams = pool.streams
+        best = None
+        for s in streams:
+            if not s.open:
+                streams[:] = [s for s in streams if s.open]
+                return self._stream(channel, address, lane)
+            if best is None or len(s.pending) < len(best.pending):
+                best = s
+        if best is None or (len(best.pending) >= GROW_AT and len(streams) < self.streams):
+            best = _Stream(channel, address)
+            streams.append(best)
+        return best
+
+    async def call(self, channel: aio.Channel, address: str, tenant: str, body: bytes, timeout: float | None,
+                   lane: str = "") -> tuple[bytes, Sequence[tuple[str, str]]]:
         """(response bytes, trailing metadata) of one ModelInfer; HostError as a unary call would raise it."""
         if timeout is not None and timeout <= 0:
             raise HostError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         seq = next(self._seq)
-        stream = self._stream(channel, address)
+        stream = self._stream(channel, address, lane)
         fut = stream.send(seq, encode_call(seq, tenant, int(timeout * 1e6) if timeout is not None else 0, body))
         timer = None
         if timeout is not None:
@@ -155,13 +181,24 @@ class HostStreams:
     def drop(self, address: str | None = None) -> None:
         """Close the streams to `address` (every host's for None): their calls are answered, new calls open
         new streams (on the channel given then)."""
-        for addr in [address] if address is not None else list(self._pools):
-            for s in self._pools.pop(addr, ()):
+        for key in [k for k in self._pools if address is None or k[0] == address]:
+            for s in self._pools.pop(key).streams:
                 s.close()
+
+    def sweep(self) -> int:
+        """Close the streams of models that sent nothing for IDLE_S (their calls out are answered first);
+        returns how many closed."""
+        cutoff = self._clock() - IDLE_S
+        closed = 0
+        for key in [k for k, p in self._pools.items() if p.used < cutoff]:
+            for s in self._pools.pop(key).streams:
+                s.close()
+                closed += 1
+        return closed
 
     def cancel_all(self) -> None:
         for pool in self._pools.values():
-            for s in pool:
+            for s in pool.streams:
                 s.cancel()
         self._pools.clear()
 

@@ -172,6 +172,7 @@ class Router:
             for group, n in hosts_per_group(eligible, self.dispatcher.groups).items():
                 self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
+        self.forwarder.sweep()
         if self.source.complete:
             await self.forwarder.forget(set(self.cluster.hosts))
 

@@ -85,7 +85,7 @@ class FakeHosts:
     trailing: tuple[tuple[str, str], ...] = ()  # an OK answer's trailing metadata
 
     async def unary(self, address: str, method: str, body: bytes, *, timeout: float | None,
-                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None) -> bytes:
+                    metadata: tuple[tuple[str, str], ...], trailers: list | None = None, lane: str = "") -> bytes:
         tenant = dict(metadata).get(TENANT_HEADER, "")
         call = Call(address, method, body, timeout, tenant)
         self.calls.append(call)

@@ -304,7 +304,7 @@ def test_stop_cancels_the_loads_of_extra_copies_still_under_way():
     started = []
 
     class SlowLoads(FakeHosts):
-        async def unary(self, address, method, body, *, timeout, metadata, trailers=None):
+        async def unary(self, address, method, body, *, timeout, metadata, trailers=None, lane=""):
             if method == "RepositoryModelLoad":
                 started.append(address)
                 await asyncio.sleep(3600)

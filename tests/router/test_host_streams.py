@@ -18,6 +18,7 @@ from ground.wire import SERVED, TENANT_HEADER
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
 from protos import grpc_service_pb2 as pb
 from router.failover import Outcome, classify
+from router import host_streams
 from router.forward import Forwarder
 from router.host_client import HostError
 from catalog.publish import publish_version
@@ -72,7 +73,7 @@ def test_calls_on_streams_answer_as_unary_calls_do(host):
                                                         metadata=MD, trailers=trailers) for i in range(8)))
             want = [await unary.unary(host.addr, "ModelInfer", _body(seed=i), timeout=30, metadata=MD)
                     for i in range(8)]
-            assert len(streamed._streams._pools[host.addr]) == 2  # the calls went on the streams
+            assert streamed._streams.open_streams(host.addr) == 2  # the calls went on streams: 8 out, GROW_AT 4
             return got, want, trailers
         finally:
             await streamed.close()
@@ -150,12 +151,43 @@ def test_a_body_over_the_stream_limit_goes_as_a_unary_call(host):
         f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=100)
         try:
             resp = await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)
-            return resp, dict(f._streams._pools)
+            return resp, f._streams.open_streams()
         finally:
             await f.close()
 
-    resp, pools = _run(go())
-    assert pb.ModelInferResponse.FromString(resp).outputs and not pools.get(next(iter(pools), ""), [])
+    resp, streams = _run(go())
+    assert pb.ModelInferResponse.FromString(resp).outputs and streams == 0
+
+
+def test_each_model_has_streams_of_its_own_and_an_idle_models_close(host):
+    """A stream's frames and answers go one after another: one model's backlog must not sit in front of
+    another's calls. A model idle for IDLE_S has its streams closed at the next sweep."""
+    now = [0.0]
+
+    async def go():
+        f = Forwarder(64 << 20, streams=4, stream_max_body_bytes=1 << 20)
+        f._streams._clock = lambda: now[0]
+        try:
+            await asyncio.gather(*(f.unary(host.addr, "ModelInfer", _body("mlp_big", i), timeout=30, metadata=MD,
+                                           lane="demo/mlp_big") for i in range(16)),
+                                 f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp"))
+            big = f._streams._pools[host.addr, "demo/mlp_big"].streams
+            small = f._streams._pools[host.addr, "demo/mlp"].streams
+            assert len(big) == 4 and len(small) == 1 and not set(big) & set(small)
+            now[0] = host_streams.IDLE_S / 2
+            await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
+            now[0] = host_streams.IDLE_S + 1
+            closed = f._streams.sweep()
+            left = f._streams.open_streams()
+            again = await f.unary(host.addr, "ModelInfer", _body("mlp_big"), timeout=30, metadata=MD,
+                                  lane="demo/mlp_big")
+            return closed, left, again
+        finally:
+            await f.close()
+
+    closed, left, again = _run(go())
+    assert (closed, left) == (4, 1)  # mlp_big's four went; mlp, used since, kept its one
+    assert pb.ModelInferResponse.FromString(again).outputs
 
 
 def test_a_draining_host_answers_the_calls_out_and_refuses_new_ones_for_another_host(host):

@@ -22,6 +22,9 @@ class _Forwarder:
     async def forget(self, keep) -> None:
         pass
 
+    def sweep(self) -> int:
+        return 0
+
 
 class _Source:
     def __init__(self) -> None:

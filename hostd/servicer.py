@@ -40,15 +40,21 @@ __all__ = ["InferenceServicer", "model_config", "tenant_of", "TENANT_HEADER"]
 
 def tenant_of(context: aio.ServicerContext, default: str | None) -> str:
     """The call's `mmhost-tenant`; without it `default` (dev mode), or UNAUTHENTICATED when there is none."""
-    return _tenant_and_lane(context, default)[0]
+    return _tenant_and_served(context, default)[0]
 
 
-def _tenant_and_lane(context: aio.ServicerContext, default: str | None) -> tuple[str, bool]:
-    """The tenant (as tenant_of) and whether the call came through a router's fast lane (HAProxy sets
-    `mmhost-lane: fast`), in one pass over the metadata: gRPC builds the tuple anew on every
-    invocation_metadata() call. A fast call's OK answer carries no mmhost-served: HAProxy cannot log trailers
-    and would pass them on to the tenant, and sending the value as a header instead costs a second write per
-    call (measured: +250 us of hostd CPU per request at concurrency 1, +600 us through HAProxy)."""
+def _tenant_and_served(context: aio.ServicerContext, default: str | None) -> tuple[str, bool]:
+    """The tenant (as tenant_of) and whether the answer should carry `mmhost-served`, in one pass over the
+    metadata: gRPC builds the tuple anew on every invocation_metadata() call.
+
+    `mmhost-served` is for a router's access log, so only a call from a router's Python lane gets it: one that
+    carries `mmhost-tenant` and not `mmhost-lane: fast`. A fast-lane call (HAProxy sets the lane) gets none:
+    HAProxy cannot log trailers and would pass them on to the tenant, and sending the value as a header instead
+    costs a second write per call (measured: +250 us of hostd CPU per request at concurrency 1, +600 us
+    through HAProxy). A direct call in dev mode (no `mmhost-tenant`, the default tenant) gets none either:
+    Triton's clients and tools never read it, and the trailer cost hostd about 6% of its throughput at
+    concurrency 32 (bench/batching.py's model, three interleaved rounds: 1,466-1,566 req/s without, 1,366-1,440
+    with)."""
     tenant, fast = None, False
     for k, v in context.invocation_metadata() or ():
         if k == TENANT_HEADER:
@@ -57,10 +63,10 @@ def _tenant_and_lane(context: aio.ServicerContext, default: str | None) -> tuple
         elif k == LANE_HEADER and v == "fast":
             fast = True
     if tenant is not None:
-        return tenant, fast
+        return tenant, not fast
     if default is None:
         raise Unauthenticated(f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)")
-    return default, fast
+    return default, False
 
 
 def _repo_param(params, name: str, kind: str):
@@ -150,16 +156,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=model_config(m))
 
     async def ModelInfer(self, request, context):
-        """The answer carries `mmhost-served` (ground/served.py) once the model version is known, OK or not."""
+        """A router's call's answer carries `mmhost-served` (ground/served.py; which calls: _tenant_and_served);
+        a failed call's does whenever the model version is known."""
         served = Served()
-        tenant, fast = _tenant_and_lane(context, self.default_tenant)
+        tenant, trailer = _tenant_and_served(context, self.default_tenant)
         try:
             resp = await self.plane.infer(tenant, request, context.time_remaining(), served, raw=RAW_INPUTS.get())
         except ServingError as e:
             if served.version:  # one error object may fail a whole batch: replace, never append to, its trailer
                 e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
             raise
-        if not fast:  # HAProxy cannot read trailers (router/fastlane_config.py): none for it
+        if trailer:  # a router's Python lane: its access log reads it (_tenant_and_served)
             context.set_trailing_metadata(((SERVED, served.encode()),))
         return resp
 

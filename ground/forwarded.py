@@ -2,6 +2,9 @@
 stream (router/host_streams.py, hostd/forwarded.py). The request and response bytes go in and out of a frame
 as they are, never parsed or copied by protobuf: the frame's small fields are a protobuf message of their own
 and the bytes follow as field 15 (protobuf reads fields in any order, so a frame is still that message).
+
+A message on the stream is a batch (ForwardedCalls / ForwardedAnswers): the frames that were waiting when the
+writer came to write, each as field 1 (`join`), read back as views (`frames`). A writer never waits for more.
 """
 
 from __future__ import annotations
@@ -16,6 +19,23 @@ from protos import hostd_data_pb2 as hd
 METHOD = "/mmhost.hostd.HostdData/Infer"
 SERVICE_NAME = "mmhost.hostd.HostdData"
 _BYTES = bytes([15 << 3 | 2])  # the tag of field 15 (length-delimited) in both frames
+_FRAME = bytes([1 << 3 | 2])  # the tag of field 1 (length-delimited): a frame in a batch
+
+
+def join(frames: Sequence[bytes]) -> bytes:
+    """One message of the stream carrying `frames`, in order."""
+    parts: list[bytes] = []
+    for f in frames:
+        parts += (_FRAME, encode_varint(len(f)), f)
+    return b"".join(parts)
+
+
+def frames(message: bytes) -> list[memoryview]:
+    """The frames of one message of the stream, as views into it. Raises Malformed."""
+    values, rest = split_bytes_field(message, 1)
+    if rest:
+        raise Malformed("a batch carries frames only")
+    return values
 
 
 def encode_call(seq: int, tenant: str, timeout_us: int, request: bytes) -> bytes:
@@ -23,7 +43,7 @@ def encode_call(seq: int, tenant: str, timeout_us: int, request: bytes) -> bytes
     return b"".join((head, _BYTES, encode_varint(len(request)), request))
 
 
-def decode_call(frame: bytes) -> tuple[hd.ForwardedCall, memoryview]:
+def decode_call(frame: bytes | memoryview) -> tuple[hd.ForwardedCall, memoryview]:
     """(the call's small fields, its request as a view into `frame`). Raises Malformed."""
     return _split(frame, hd.ForwardedCall)
 
@@ -36,12 +56,12 @@ def encode_answer(seq: int, code: int, message: str, trailers: Sequence[tuple[st
     return b"".join((head, _BYTES, encode_varint(len(response)), response))
 
 
-def decode_answer(frame: bytes) -> tuple[hd.ForwardedAnswer, memoryview]:
+def decode_answer(frame: bytes | memoryview) -> tuple[hd.ForwardedAnswer, memoryview]:
     """(the answer's small fields, its response as a view into `frame`). Raises Malformed."""
     return _split(frame, hd.ForwardedAnswer)
 
 
-def _split(frame: bytes, kind):
+def _split(frame: bytes | memoryview, kind):
     try:
         values, rest = split_bytes_field(frame, 15)
         head = kind.FromString(b"".join(rest))

@@ -82,7 +82,7 @@ def skip_value(buf: memoryview, pos: int, end: int, field: int, wire_type: int, 
     return pos
 
 
-def split_bytes_field(body: bytes, field: int) -> tuple[list[memoryview], list[memoryview]]:
+def split_bytes_field(body: bytes | memoryview, field: int) -> tuple[list[memoryview], list[memoryview]]:
     """A message's top-level records split in two, as views into `body` (nothing copied): the values of
     length-delimited `field` (a repeated bytes field: each value without its tag and length), and every
     other record whole (tag and value, in order: their concatenation is the message without `field`).

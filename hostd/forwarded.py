@@ -3,15 +3,16 @@ ground/forwarded.py). Each call is answered as a unary ModelInfer would be, by t
 same decoding (hostd/wire_request.py: large raw tensors stay views into the bytes that arrived), byte budget,
 draining, deadline (the frame's `timeout_us`, and the call's `timeout` parameter) and statistics; its answer
 frame carries the status code, message and trailing metadata (mmhost-reason, mmhost-request-id,
-retry-after-ms, mmhost-served) the unary call would have had. Answers go out as calls finish, in any order.
+retry-after-ms, mmhost-served) the unary call would have had. Answers go out as calls finish, in any order,
+every answer that is ready when the writer comes to write in one message (ground/forwarded.py).
 
 The tenant comes in each frame, as `mmhost-tenant` does on a unary call, from a router (with mutual TLS, the
 router-certificate check has passed before this handler runs: ground.tls.PeerCheckInterceptor); a frame
 without one is the dev-mode default tenant's, or UNAUTHENTICATED. A frame that cannot be read ends the
 stream INVALID_ARGUMENT: nothing in it can be answered, not even its seq.
 
-Bounds: at most MAX_INFLIGHT calls of one stream in flight; at the bound the stream is not read (gRPC's flow
-control then holds the router back). When the stream ends with calls in flight (the router went away, hostd
+Bounds: at most MAX_INFLIGHT calls of one stream in flight, until their answers are written; at the bound the
+stream is not read (gRPC's flow control then holds the router back). When the stream ends with calls in flight (the router went away, hostd
 stops), they are cancelled. When the router half-closes, the calls in flight are answered first.
 """
 
@@ -23,7 +24,7 @@ import grpc
 from grpc import aio
 
 from ground.errors import InvalidArgument, ServingError, Unauthenticated
-from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer
+from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer, frames, join
 from ground.interceptors import WIRE_BYTES, status_of
 from ground.protowire import Malformed
 from ground.served import Served
@@ -65,8 +66,9 @@ async def answer(plane: DataPlane, tenant: str, frame_request: memoryview, timeo
 
 
 async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext) -> None:
-    slots = asyncio.Semaphore(MAX_INFLIGHT)
-    writing = asyncio.Lock()
+    slots = asyncio.Semaphore(MAX_INFLIGHT)  # a call's slot is given back once its answer is written
+    ready: list[bytes] = []  # answers waiting for the writer: each message carries all of them
+    wake = asyncio.Event()
     tasks: set[asyncio.Task] = set()
     broken: list[Exception] = []
 
@@ -78,35 +80,62 @@ async def serve(plane: DataPlane, default_tenant: str | None, context: aio.Servi
                 out = encode_answer(seq, code.value[0], text, md, b"")
             else:
                 out = encode_answer(seq, *await answer(plane, tenant, request, timeout_us))
-            async with writing:
-                try:
-                    if not broken:
-                        await context.write(out)
-                except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
-                    broken.append(e)
-        finally:
+        except BaseException:  # cancelled (the stream ended): no answer to write
             slots.release()
+            raise
+        ready.append(out)
+        wake.set()
 
-    try:
-        while True:
-            await slots.acquire()
-            if broken:
-                break
-            frame = await context.read()
-            if frame is aio.EOF:
+    async def write(batch: list[bytes]) -> None:
+        try:
+            if not broken:
+                await context.write(join(batch))
+        except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
+            broken.append(e)
+        finally:
+            for _ in batch:
                 slots.release()
+
+    async def writer() -> None:
+        while not broken:
+            if not ready:
+                if closing.is_set():
+                    return
+                await wake.wait()
+                wake.clear()
+                continue
+            batch = ready[:]
+            ready.clear()
+            await write(batch)
+
+    closing = asyncio.Event()  # every call read has its answer in `ready` or written: the writer ends when it is empty
+    writing = asyncio.create_task(writer())
+    try:
+        reading = True
+        while reading and not broken:
+            message = await context.read()
+            if message is aio.EOF:
                 break
             try:
-                head, request = decode_call(frame)
+                calls = [decode_call(f) for f in frames(message)]
             except Malformed as e:
-                await abort_stream(context, InvalidArgument(f"malformed ForwardedCall frame: {e}"))
+                await abort_stream(context, InvalidArgument(f"malformed ForwardedCalls message: {e}"))
                 return
-            t = asyncio.create_task(one(head.seq, head.tenant or default_tenant, request, head.timeout_us))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
+            for head, request in calls:
+                await slots.acquire()
+                if broken:
+                    reading = False
+                    break
+                t = asyncio.create_task(one(head.seq, head.tenant or default_tenant, request, head.timeout_us))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
         while tasks and not broken:  # half-closed: answer what is in flight
             await asyncio.wait(list(tasks), return_when=asyncio.FIRST_COMPLETED)
+        closing.set()
+        wake.set()
+        await writing
     finally:
+        writing.cancel()
         pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()

@@ -24,19 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/hostd_data.proto\x12\x0cmmhost.hostd\"Q\n\rForwardedCall\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x12\n\ntimeout_us\x18\x03 \x01(\x03\x12\x0f\n\x07request\x18\x0f \x01(\x0c\"%\n\x07Trailer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"x\n\x0f\x46orwardedAnswer\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x08trailers\x18\x04 \x03(\x0b\x32\x15.mmhost.hostd.Trailer\x12\x10\n\x08response\x18\x0f \x01(\x0c\x32V\n\tHostdData\x12I\n\x05Infer\x12\x1b.mmhost.hostd.ForwardedCall\x1a\x1d.mmhost.hostd.ForwardedAnswer\"\x00(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/hostd_data.proto\x12\x0cmmhost.hostd\"<\n\x0e\x46orwardedCalls\x12*\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1b.mmhost.hostd.ForwardedCall\"B\n\x10\x46orwardedAnswers\x12.\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x1d.mmhost.hostd.ForwardedAnswer\"Q\n\rForwardedCall\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x12\n\ntimeout_us\x18\x03 \x01(\x03\x12\x0f\n\x07request\x18\x0f \x01(\x0c\"%\n\x07Trailer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"x\n\x0f\x46orwardedAnswer\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x08trailers\x18\x04 \x03(\x0b\x32\x15.mmhost.hostd.Trailer\x12\x10\n\x08response\x18\x0f \x01(\x0c\x32X\n\tHostdData\x12K\n\x05Infer\x12\x1c.mmhost.hostd.ForwardedCalls\x1a\x1e.mmhost.hostd.ForwardedAnswers\"\x00(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.hostd_data_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FORWARDEDCALL']._serialized_start=41
-  _globals['_FORWARDEDCALL']._serialized_end=122
-  _globals['_TRAILER']._serialized_start=124
-  _globals['_TRAILER']._serialized_end=161
-  _globals['_FORWARDEDANSWER']._serialized_start=163
-  _globals['_FORWARDEDANSWER']._serialized_end=283
-  _globals['_HOSTDDATA']._serialized_start=285
-  _globals['_HOSTDDATA']._serialized_end=371
+  _globals['_FORWARDEDCALLS']._serialized_start=41
+  _globals['_FORWARDEDCALLS']._serialized_end=101
+  _globals['_FORWARDEDANSWERS']._serialized_start=103
+  _globals['_FORWARDEDANSWERS']._serialized_end=169
+  _globals['_FORWARDEDCALL']._serialized_start=171
+  _globals['_FORWARDEDCALL']._serialized_end=252
+  _globals['_TRAILER']._serialized_start=254
+  _globals['_TRAILER']._serialized_end=291
+  _globals['_FORWARDEDANSWER']._serialized_start=293
+  _globals['_FORWARDEDANSWER']._serialized_end=413
+  _globals['_HOSTDDATA']._serialized_start=415
+  _globals['_HOSTDDATA']._serialized_end=503
 # @@protoc_insertion_point(module_scope)

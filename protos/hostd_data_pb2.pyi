@@ -6,6 +6,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ForwardedCalls(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[ForwardedCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[ForwardedCall, _Mapping]]] = ...) -> None: ...
+
+class ForwardedAnswers(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[ForwardedAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[ForwardedAnswer, _Mapping]]] = ...) -> None: ...
+
 class ForwardedCall(_message.Message):
     __slots__ = ("seq", "tenant", "timeout_us", "request")
     SEQ_FIELD_NUMBER: _ClassVar[int]

@@ -36,8 +36,8 @@ class HostdDataStub:
         """
         self.Infer = channel.stream_stream(
                 '/mmhost.hostd.HostdData/Infer',
-                request_serializer=protos_dot_hostd__data__pb2.ForwardedCall.SerializeToString,
-                response_deserializer=protos_dot_hostd__data__pb2.ForwardedAnswer.FromString,
+                request_serializer=protos_dot_hostd__data__pb2.ForwardedCalls.SerializeToString,
+                response_deserializer=protos_dot_hostd__data__pb2.ForwardedAnswers.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_HostdDataServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Infer': grpc.stream_stream_rpc_method_handler(
                     servicer.Infer,
-                    request_deserializer=protos_dot_hostd__data__pb2.ForwardedCall.FromString,
-                    response_serializer=protos_dot_hostd__data__pb2.ForwardedAnswer.SerializeToString,
+                    request_deserializer=protos_dot_hostd__data__pb2.ForwardedCalls.FromString,
+                    response_serializer=protos_dot_hostd__data__pb2.ForwardedAnswers.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class HostdData:
             request_iterator,
             target,
             '/mmhost.hostd.HostdData/Infer',
-            protos_dot_hostd__data__pb2.ForwardedCall.SerializeToString,
-            protos_dot_hostd__data__pb2.ForwardedAnswer.FromString,
+            protos_dot_hostd__data__pb2.ForwardedCalls.SerializeToString,
+            protos_dot_hostd__data__pb2.ForwardedAnswers.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,7 +10,8 @@ in front of another model's call, whichever tenant either is. A model gets one s
 fewest out. A model's streams close once it has sent nothing for IDLE_S (`sweep`, on the router's refresh), so
 a router that has called thousands of models holds streams only for those in use. A call goes out as a frame
 (its seq, tenant, time left and the request bytes unchanged) and its answer frame comes back with the same seq,
-in any order; the answer says what a unary call's status and trailing metadata would have, so everything above
+in any order (each message carries every frame waiting when it is written: ground/forwarded.py); the answer
+says what a unary call's status and trailing metadata would have, so everything above
 (router/forward.py's HostError, router/failover.py's rules, the access log) is the same either way.
 
 Failures, as a unary call's transport would have them:
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 import grpc
 from grpc import aio
 
-from ground.forwarded import METHOD, decode_answer, encode_call
+from ground.forwarded import METHOD, decode_answer, encode_call, frames, join
 from ground.protowire import Malformed
 from ground.wire import reason_of
 from router.host_client import HostError
@@ -60,11 +61,21 @@ class _Stream:
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _frames(self):
+        """Messages for gRPC to write: each carries every frame queued when it asks for the next (a call
+        never waits for others to join it)."""
+        out = self._out
         while True:
-            frame = await self._out.get()
+            frame = await out.get()
+            batch = []
+            while frame is not None:
+                batch.append(frame)
+                if out.empty():
+                    break
+                frame = out.get_nowait()
+            if batch:
+                yield join(batch)
             if frame is None:  # half-close: the host answers what is out, then ends the stream
                 return
-            yield frame
 
     def send(self, seq: int, frame: bytes) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -85,16 +96,18 @@ class _Stream:
     async def _read(self) -> None:
         err: HostError
         try:
-            async for frame in self._call:
+            async for message in self._call:
                 try:
-                    head, response = decode_answer(frame)
+                    answers = [decode_answer(f) for f in frames(message)]
                 except Malformed as e:  # not a hostd's answer: nothing on this stream can be trusted
                     err = HostError(grpc.StatusCode.UNAVAILABLE, f"the host's stream sent a malformed answer: {e}")
                     self._call.cancel()
                     break
-                fut = self.pending.pop(head.seq, None)
-                if fut is not None and not fut.done():
-                    fut.set_result((head, response))
+                pending = self.pending
+                for head, response in answers:
+                    fut = pending.pop(head.seq, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result((head, response))
             else:
                 err = HostError(grpc.StatusCode.UNAVAILABLE, "the host ended the stream")
         except aio.AioRpcError as e:

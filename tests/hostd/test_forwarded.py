@@ -1,6 +1,7 @@
 """HostdData.Infer on a real hostd: a router's ModelInfer calls, many to a stream (hostd/forwarded.py). Each call
 is answered once by its seq, as a unary ModelInfer would answer it: the same output, and on failure the same
-status code and trailers; a failed call leaves the stream going; a frame that is not a frame ends the stream."""
+status code and trailers; a failed call leaves the stream going; a message that is not frames ends the stream.
+A message carries one call or several."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from ground.forwarded import METHOD, decode_answer, encode_call
+from ground.forwarded import METHOD, decode_answer, encode_call, frames, join
 from ground.wire import REASON, REQUEST_ID, SERVED
 from protos import grpc_service_pb2 as pb
 
@@ -24,20 +25,23 @@ def _body(model: str, x: np.ndarray | None = None, **params: int) -> bytes:
     return req.SerializeToString()
 
 
-def _stream(hostd, frames: list[bytes]) -> dict[int, tuple]:
+def _stream(hostd, calls: list[bytes], batch: bool = False) -> dict[int, tuple]:
+    """Send `calls` one to a message (or all in one, `batch`); the answers by seq."""
     call = hostd.channel.stream_stream(METHOD)
     out = {}
-    for raw in call(iter(frames), timeout=60):
-        head, resp = decode_answer(raw)
-        assert head.seq not in out, "each call is answered once"
-        out[head.seq] = (head, bytes(resp))
+    for message in call(iter([join(calls)] if batch else [join([c]) for c in calls]), timeout=60):
+        for raw in frames(message):
+            head, resp = decode_answer(raw)
+            assert head.seq not in out, "each call is answered once"
+            out[head.seq] = (head, bytes(resp))
     return out
 
 
-def test_calls_are_answered_by_seq_as_unary_calls_are(hostd):
+@pytest.mark.parametrize("batch", [False, True])
+def test_calls_are_answered_by_seq_as_unary_calls_are(hostd, batch):
     x = np.random.default_rng(3).random((1, DIM), dtype=np.float32)
     unary = hostd.stub.ModelInfer(pb.ModelInferRequest.FromString(_body("mlp", x)), timeout=30)
-    got = _stream(hostd, [encode_call(s, "demo", 0, _body("mlp", x)) for s in (5, 9, 7)])
+    got = _stream(hostd, [encode_call(s, "demo", 0, _body("mlp", x)) for s in (5, 9, 7)], batch)
     assert sorted(got) == [5, 7, 9]
     for head, resp in got.values():
         assert head.code == 0 and not head.message
@@ -50,9 +54,9 @@ def test_calls_are_answered_by_seq_as_unary_calls_are(hostd):
 
 
 def test_a_failed_call_gets_the_unary_status_and_trailers_and_the_stream_goes_on(hostd):
-    frames = [encode_call(1, "demo", 0, _body("nope")), encode_call(2, "demo", 0, b"\xff\xff not protobuf"),
-              encode_call(3, "demo", 0, _body("mlp"))]
-    got = _stream(hostd, frames)
+    calls = [encode_call(1, "demo", 0, _body("nope")), encode_call(2, "demo", 0, b"\xff\xff not protobuf"),
+             encode_call(3, "demo", 0, _body("mlp"))]
+    got = _stream(hostd, calls, batch=True)
     with pytest.raises(grpc.RpcError) as unary:
         hostd.stub.ModelInfer(pb.ModelInferRequest.FromString(_body("nope")), timeout=30)
     head = got[1][0]
@@ -83,10 +87,11 @@ def test_the_frames_time_left_is_the_calls_deadline(hostd):
     assert got[2][0].code == 0
 
 
-def test_a_frame_that_is_not_a_frame_ends_the_stream_invalid_argument(hostd):
+@pytest.mark.parametrize("message", [b"\x0f\x0f\x0f", join([b"\x0f\x0f\x0f"]), join([b"x"]) + b"\x10\x01"])
+def test_a_message_that_is_not_frames_ends_the_stream_invalid_argument(hostd, message):
     call = hostd.channel.stream_stream(METHOD)
     with pytest.raises(grpc.RpcError) as e:
-        list(call(iter([b"\x0f\x0f\x0f"]), timeout=30))
+        list(call(iter([message]), timeout=30))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert dict(e.value.trailing_metadata())[REASON]
     assert hostd.stub.ModelInfer(pb.ModelInferRequest.FromString(_body("mlp")), timeout=30).outputs

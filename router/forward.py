@@ -17,7 +17,7 @@ from ground.wire import SERVICE, TENANT_HEADER
 from protos import hostd_control_pb2 as hc
 from ground.tls import ClientTLSFiles
 from router.host_client import HostError
-from router.host_streams import HostStreams
+from router.host_streams import HostStreams, StreamsUnsupported
 
 __all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
 STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
@@ -81,12 +81,16 @@ class Forwarder:
         """The hostd's response bytes; HostError on any failure. `trailers`: gets the answer's trailing
         metadata on success (the errors carry theirs). ModelInfer goes on a stream (router/host_streams.py)
         unless streams are off or the body is big; `lane` (the model's key) picks the streams it may share."""
-        if method == "ModelInfer" and len(metadata) == 1 and self._streams.takes(body):
-            resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body, timeout,
-                                                      lane)
-            if trailers is not None:
-                trailers.extend(trailing)
-            return resp
+        if method == "ModelInfer" and len(metadata) == 1 and self._streams.takes(address, body):
+            try:
+                resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body,
+                                                          timeout, lane)
+            except StreamsUnsupported:  # a hostd from before HostdData: this call and the next ones go unary
+                pass
+            else:
+                if trailers is not None:
+                    trailers.extend(trailing)
+                return resp
         try:
             call = self._callable(address, method)(body, timeout=timeout, metadata=metadata)
             resp = await call

@@ -23,6 +23,10 @@ Failures, as a unary call's transport would have them:
 - the caller goes away (the tenant cancelled): its answer is dropped when it comes. hostd is not told (a unary
   call's cancellation reaches it): the call runs to its end there.
 
+A hostd older than the router (no HostdData service: the stream ends UNIMPLEMENTED, with no mmhost-reason) is
+called with unary calls, the failed call included, and asked again after a minute: a rolling upgrade may
+take the routers first.
+
 Big bodies do not take a stream (`max_body_bytes`): one stream's messages go out one after another, so an
 8 MB request would hold back every small one behind it on the same stream, where separate calls interleave.
 """
@@ -47,6 +51,14 @@ log = logging.getLogger(__name__)
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 GROW_AT = 4  # calls out on each of a model's streams before it gets another
 IDLE_S = 60.0  # a model's streams close when it has sent nothing for this long
+
+
+class StreamsUnsupported(HostError):
+    """The host has no HostdData service (a hostd older than this router, during a rolling upgrade): the call
+    goes to it as a unary call instead, and so do the next ones for UNSUPPORTED_RETRY_S."""
+
+
+UNSUPPORTED_RETRY_S = 60.0
 
 
 class _Stream:
@@ -112,8 +124,11 @@ class _Stream:
                 err = HostError(grpc.StatusCode.UNAVAILABLE, "the host ended the stream")
         except aio.AioRpcError as e:
             trailing = tuple(e.trailing_metadata() or ())
-            code = e.code() if reason_of(trailing) is not None else grpc.StatusCode.UNAVAILABLE
-            err = HostError(code, e.details() or "the host's stream failed", trailing)
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED and reason_of(trailing) is None:
+                err = StreamsUnsupported(e.code(), e.details() or "", trailing)  # a hostd from before HostdData
+            else:
+                code = e.code() if reason_of(trailing) is not None else grpc.StatusCode.UNAVAILABLE
+                err = HostError(code, e.details() or "the host's stream failed", trailing)
         except asyncio.CancelledError:
             err = HostError(grpc.StatusCode.UNAVAILABLE, "the stream to the host was closed")
         except Exception as e:  # noqa: BLE001 - whatever broke the stream fails its calls, never the router
@@ -143,9 +158,18 @@ class HostStreams:
         self._clock = clock
         self._pools: dict[tuple[str, str], _Pool] = {}  # (address, lane) -> that model's streams to that host
         self._seq = itertools.count(1)
+        self._unsupported: dict[str, float] = {}  # hosts without HostdData -> when that was found
 
-    def takes(self, body: bytes) -> bool:
-        return self.streams > 0 and len(body) <= self.max_body_bytes
+    def takes(self, address: str, body: bytes) -> bool:
+        if self.streams <= 0 or len(body) > self.max_body_bytes:
+            return False
+        since = self._unsupported.get(address)
+        if since is None:
+            return True
+        if self._clock() - since < UNSUPPORTED_RETRY_S:
+            return False
+        del self._unsupported[address]  # upgraded since? try streams again
+        return True
 
     def open_streams(self, address: str | None = None) -> int:
         """Streams open (to `address`, or to every host)."""
@@ -182,6 +206,10 @@ class HostStreams:
             timer = asyncio.get_running_loop().call_later(timeout, _expire, fut)
         try:
             head, response = await fut
+        except StreamsUnsupported:
+            self._unsupported[address] = self._clock()
+            self.drop(address)
+            raise
         finally:
             if timer is not None:
                 timer.cancel()

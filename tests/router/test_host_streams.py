@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -17,6 +20,7 @@ import pytest
 from ground.wire import SERVED, TENANT_HEADER
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
 from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
 from router.failover import Outcome, classify
 from router import host_streams
 from router.forward import Forwarder
@@ -25,8 +29,10 @@ from catalog.publish import publish_version
 from catalog.repository import ModelRepository
 from storage_adapters.local import LocalStorage
 from tests.hostd_proc import HostdProc
+from tests.servers import free_port
 
 DIM = 64
+ROOT = Path(__file__).resolve().parents[2]
 MD = ((TENANT_HEADER, "demo"),)
 
 
@@ -54,6 +60,19 @@ def _body(model: str = "mlp", seed: int = 0) -> bytes:
     x = np.random.default_rng(seed).random((1, DIM), dtype=np.float32)
     return pb.ModelInferRequest(model_name=model, raw_input_contents=[x.tobytes()], inputs=[
         pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, DIM])]).SerializeToString()
+
+
+def _wait_ready(addr: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    with grpc.insecure_channel(addr) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if stub.ModelReady(pb.ModelReadyRequest(name="mlp"), timeout=2).ready:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.2)
+    raise TimeoutError(f"plain server on {addr} not ready")
 
 
 def _out(resp: bytes) -> np.ndarray:
@@ -214,3 +233,32 @@ def test_a_draining_host_answers_the_calls_out_and_refuses_new_ones_for_another_
     assert answered and refused
     for e in refused:
         assert isinstance(e, HostError) and classify(e.code, e.trailing) is Outcome.HOST_DOWN, e
+
+
+def test_a_host_without_hostd_data_is_called_unary_during_a_rolling_upgrade(tmp_path):
+    """A server with v2 ModelInfer but no HostdData service (a hostd older than the router; here
+    bench/plain_server.py, a real process): the stream ends UNIMPLEMENTED, the call is made again as a unary
+    call and answered, the host is not marked down, and the next calls go unary without trying a stream."""
+    build_onnx_mlp(tmp_path / "m.onnx", (DIM, 32, 8))
+    addr = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.plain_server", addr, str(tmp_path / "m.onnx"), "mlp"],
+                            cwd=ROOT, stdout=open(tmp_path / "plain.log", "wb"), stderr=subprocess.STDOUT)
+    _wait_ready(addr, proc)
+
+    async def go():
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        try:
+            first = await f.unary(addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
+            opened = f._streams.open_streams()
+            second = await f.unary(addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
+            return first, second, opened, f._streams.open_streams(), f._streams.takes(addr, b"x")
+        finally:
+            await f.close()
+
+    try:
+        first, second, opened, after, takes = _run(go())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert pb.ModelInferResponse.FromString(first).outputs and pb.ModelInferResponse.FromString(second).outputs
+    assert (opened, after, takes) == (0, 0, False)

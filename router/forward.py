@@ -10,6 +10,7 @@ the old ones close after a grace period, so calls in flight on them finish."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from grpc import aio
 
@@ -26,9 +27,11 @@ STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
 class Forwarder:
     def __init__(self, max_message_bytes: int, tls: ClientTLSFiles | None = None,
                  tls_options: list[tuple[str, str]] | None = None, rotate_grace_s: float = 30.0,
-                 streams: int = 0, stream_max_body_bytes: int = 0) -> None:
+                 streams: int = 0, stream_max_body_bytes: int = 0,
+                 on_stream_end: Callable[[str], None] | None = None) -> None:
         """`streams`: ModelInfer calls go to each host on up to this many streams (router/host_streams.py),
-        those with bodies up to `stream_max_body_bytes`; 0: one unary call each."""
+        those with bodies up to `stream_max_body_bytes`; 0: one unary call each. `on_stream_end`: told how each
+        stream that the host ended, or that broke, ended (router/host_streams.py)."""
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.enable_retries", 0)] + list(tls_options or ())
@@ -38,7 +41,7 @@ class Forwarder:
         self._channels: dict[str, aio.Channel] = {}
         self._calls: dict[tuple[str, str], aio.UnaryUnaryMultiCallable] = {}
         self._retired: dict[asyncio.Task, aio.Channel] = {}  # old channels closing after a rotation
-        self._streams = HostStreams(streams, stream_max_body_bytes)
+        self._streams = HostStreams(streams, stream_max_body_bytes, on_end=on_stream_end)
 
     def _channel(self, address: str) -> aio.Channel:
         ch = self._channels.get(address)
@@ -116,8 +119,10 @@ class Forwarder:
             self._retire(ch)
 
     def sweep(self) -> int:
-        """Close the streams of models that went idle (router/host_streams.py); on the router's refresh."""
-        return self._streams.sweep()
+        """Close the streams of models that went idle (router/host_streams.py); on the router's refresh.
+        Returns the streams still open."""
+        self._streams.sweep()
+        return self._streams.open_streams()
 
     def _retire(self, ch: aio.Channel) -> None:
         t = asyncio.get_running_loop().create_task(ch.close(grace=self._grace))

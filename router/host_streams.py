@@ -37,7 +37,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from grpc import aio
@@ -64,8 +64,9 @@ UNSUPPORTED_RETRY_S = 60.0
 class _Stream:
     """One HostdData.Infer call: frames written in order from a queue, answers matched to waiting futures."""
 
-    def __init__(self, channel: aio.Channel, address: str) -> None:
+    def __init__(self, channel: aio.Channel, address: str, on_end: Callable[[str], None] | None = None) -> None:
         self.address = address
+        self._on_end = on_end  # told "broken" or "unsupported" when the stream ends other than by close()
         self.open = True
         self.pending: dict[int, asyncio.Future] = {}
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -134,7 +135,10 @@ class _Stream:
         except Exception as e:  # noqa: BLE001 - whatever broke the stream fails its calls, never the router
             log.warning("stream to %s failed", self.address, exc_info=True)
             err = HostError(grpc.StatusCode.UNAVAILABLE, f"the stream to the host failed ({type(e).__name__})")
+        ended_by_us = not self.open  # close() or cancel() came first
         self.open = False  # before the sweep: no call joins a stream whose reader is done
+        if self._on_end is not None and not ended_by_us:
+            self._on_end("unsupported" if isinstance(err, StreamsUnsupported) else "broken")
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -152,8 +156,11 @@ class _Pool:
 class HostStreams:
     """Calls to hosts over up to `streams` streams per model and host (the Forwarder owns the channels)."""
 
-    def __init__(self, streams: int, max_body_bytes: int, clock=time.monotonic) -> None:
+    def __init__(self, streams: int, max_body_bytes: int, clock=time.monotonic,
+                 on_end: Callable[[str], None] | None = None) -> None:
+        """`on_end`: told the outcome of each stream that ends other than by the router closing it (a metric)."""
         self.streams = streams
+        self._on_end = on_end
         self.max_body_bytes = max_body_bytes
         self._clock = clock
         self._pools: dict[tuple[str, str], _Pool] = {}  # (address, lane) -> that model's streams to that host
@@ -189,7 +196,7 @@ class HostStreams:
             if best is None or len(s.pending) < len(best.pending):
                 best = s
         if best is None or (len(best.pending) >= GROW_AT and len(streams) < self.streams):
-            best = _Stream(channel, address)
+            best = _Stream(channel, address, self._on_end)
             streams.append(best)
         return best
 

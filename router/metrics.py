@@ -37,6 +37,12 @@ class RouterMetrics:
         self.retry_budget_exhausted = Counter("mmhost_router_retry_budget_exhausted_total",
                                               "Retries refused because the retry budget was spent", registry=r)
         self.hosts_up = Gauge("mmhost_router_hosts_up", "Hosts in the local view that take requests", registry=r)
+        self.hostd_streams = Gauge("mmhost_router_hostd_streams", "Streams open to hostds for ModelInfer calls "
+                                   "(router/host_streams.py: per model and host, closed after a minute idle)", registry=r)
+        self.hostd_stream_ends = Counter(
+            "mmhost_router_hostd_stream_ends_total", "Streams to hostds that ended other than by the router closing "
+            "them, by outcome: broken (transport failure or the host ended it; its calls failed as a host down) or "
+            "unsupported (a hostd without HostdData: its calls went unary)", ["outcome"], registry=r)
         self.group_hosts_up = Gauge("mmhost_router_host_group_hosts_up", "Hosts in the local view that take "
                                     "requests, per host group ('' = the shared pool; only with host_groups set)",
                                     ["group"], registry=r)

@@ -72,8 +72,10 @@ class Router:
             msg = str(e) if str(e).startswith("router:") else f"router: {e}"
             raise SystemExit(f"{msg} (settings tls_cert, tls_key, tls_client_ca, plaintext, hostd_ca, "
                              "hostd_client_cert, hostd_client_key; env MMHOST_ROUTER_*)") from None
+        ends = self.metrics.hostd_stream_ends
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options, streams=s.hostd_streams,
-                                   stream_max_body_bytes=s.hostd_stream_max_body_bytes)
+                                   stream_max_body_bytes=s.hostd_stream_max_body_bytes,
+                                   on_stream_end=lambda outcome: ends.labels(outcome).inc())
         self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
         self._dropped_read_at = -float("inf")
         if s.fast_lane == "haproxy":
@@ -172,7 +174,7 @@ class Router:
             for group, n in hosts_per_group(eligible, self.dispatcher.groups).items():
                 self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
-        self.forwarder.sweep()
+        self.metrics.hostd_streams.set(self.forwarder.sweep())
         if self.source.complete:
             await self.forwarder.forget(set(self.cluster.hosts))
 

@@ -142,8 +142,10 @@ def test_a_hung_host_fails_the_call_at_its_deadline_and_serves_after(host):
 
 
 def test_a_host_killed_with_calls_out_fails_each_as_a_host_that_is_down(host):
+    ends: list[str] = []  # what the router's mmhost_router_hostd_stream_ends_total counts
+
     async def go():
-        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20, on_stream_end=ends.append)
         try:
             await asyncio.gather(*(f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD) for _ in range(4)))
             os.kill(host.proc.pid, signal.SIGSTOP)  # so that every call below is out when it dies
@@ -163,6 +165,7 @@ def test_a_host_killed_with_calls_out_fails_each_as_a_host_that_is_down(host):
     for e in done:
         assert isinstance(e, HostError) and classify(e.code, e.trailing) is Outcome.HOST_DOWN, e
     assert isinstance(late, HostError) and classify(late.code, late.trailing) is Outcome.HOST_DOWN
+    assert ends and set(ends) == {"broken"}
 
 
 def test_a_body_over_the_stream_limit_goes_as_a_unary_call(host):
@@ -245,8 +248,10 @@ def test_a_host_without_hostd_data_is_called_unary_during_a_rolling_upgrade(tmp_
                             cwd=ROOT, stdout=open(tmp_path / "plain.log", "wb"), stderr=subprocess.STDOUT)
     _wait_ready(addr, proc)
 
+    ends: list[str] = []
+
     async def go():
-        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20, on_stream_end=ends.append)
         try:
             first = await f.unary(addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
             opened = f._streams.open_streams()
@@ -261,4 +266,4 @@ def test_a_host_without_hostd_data_is_called_unary_during_a_rolling_upgrade(tmp_
         proc.terminate()
         proc.wait(30)
     assert pb.ModelInferResponse.FromString(first).outputs and pb.ModelInferResponse.FromString(second).outputs
-    assert (opened, after, takes) == (0, 0, False)
+    assert (opened, after, takes) == (0, 0, False) and ends == ["unsupported"]

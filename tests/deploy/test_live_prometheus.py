@@ -75,6 +75,8 @@ NEEDS_CONDITION = {
     "mmhost_cache_evictions_total": "no eviction: the test's models fit every tier's budget",
     "mmhost_router_retries_total": "needs a forward that fails over (a host dying mid-request); the test "
                                    "reads the panels before it kills a host",
+    "mmhost_router_hostd_stream_ends_total": "needs a host that ends a router's stream (dies, or lacks HostdData); "
+                                             "tests/router/test_host_streams.py counts both",
 }
 # Runbook command lines that are not levers to run here, and why.
 NOT_RUN = {

@@ -4,7 +4,10 @@ as they are, never parsed or copied by protobuf: the frame's small fields are a 
 and the bytes follow as field 15 (protobuf reads fields in any order, so a frame is still that message).
 
 A message on the stream is a batch (ForwardedCalls / ForwardedAnswers): the frames that were waiting when the
-writer came to write, each as field 1 (`join`), read back as views (`frames`). A writer never waits for more.
+writer came to write, each as field 1 (`join`), read back as views (`frames`). A writer never waits for more,
+and stops adding frames once a batch holds BATCH_BYTES (`take`): a message must stay under the receiving side's
+gRPC message limit (hostd: max_request_bytes + 1 MiB; router: max_message_bytes), which one frame alone
+already does, as its unary call would.
 """
 
 from __future__ import annotations
@@ -20,6 +23,24 @@ METHOD = "/mmhost.hostd.HostdData/Infer"
 SERVICE_NAME = "mmhost.hostd.HostdData"
 _BYTES = bytes([15 << 3 | 2])  # the tag of field 15 (length-delimited) in both frames
 _FRAME = bytes([1 << 3 | 2])  # the tag of field 1 (length-delimited): a frame in a batch
+
+
+BATCH_BYTES = 1 << 20  # a batch takes no more frames once it holds this many bytes
+
+
+def take(queue: list[bytes], limit: int = BATCH_BYTES) -> list[bytes]:
+    """The first frames of `queue` (removed from it) for one message: at least one, and no more once they hold
+    `limit` bytes."""
+    size = 0
+    for n, f in enumerate(queue):
+        size += len(f)
+        if size >= limit:
+            batch = queue[:n + 1]
+            del queue[:n + 1]
+            return batch
+    batch = queue[:]
+    queue.clear()
+    return batch
 
 
 def join(frames: Sequence[bytes]) -> bytes:

@@ -24,7 +24,7 @@ import grpc
 from grpc import aio
 
 from ground.errors import InvalidArgument, ServingError, Unauthenticated
-from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer, frames, join
+from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer, frames, join, take
 from ground.interceptors import WIRE_BYTES, status_of
 from ground.protowire import Malformed
 from ground.served import Served
@@ -104,9 +104,7 @@ async def serve(plane: DataPlane, default_tenant: str | None, context: aio.Servi
                 await wake.wait()
                 wake.clear()
                 continue
-            batch = ready[:]
-            ready.clear()
-            await write(batch)
+            await write(take(ready))  # what is left goes in the next message
 
     closing = asyncio.Event()  # every call read has its answer in `ready` or written: the writer ends when it is empty
     writing = asyncio.create_task(writer())

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import grpc
 from grpc import aio
 
-from ground.forwarded import METHOD, decode_answer, encode_call, frames, join
+from ground.forwarded import BATCH_BYTES, METHOD, decode_answer, encode_call, frames, join
 from ground.protowire import Malformed
 from ground.wire import reason_of
 from router.host_client import HostError
@@ -74,15 +74,16 @@ class _Stream:
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _frames(self):
-        """Messages for gRPC to write: each carries every frame queued when it asks for the next (a call
-        never waits for others to join it)."""
+        """Messages for gRPC to write: each carries the frames queued when it asks for the next, up to
+        BATCH_BYTES (a call never waits for others to join it)."""
         out = self._out
         while True:
             frame = await out.get()
-            batch = []
+            batch, size = [], 0
             while frame is not None:
                 batch.append(frame)
-                if out.empty():
+                size += len(frame)
+                if out.empty() or size >= BATCH_BYTES:  # the rest goes in the next message
                     break
                 frame = out.get_nowait()
             if batch:

@@ -267,3 +267,41 @@ def test_a_host_without_hostd_data_is_called_unary_during_a_rolling_upgrade(tmp_
         proc.wait(30)
     assert pb.ModelInferResponse.FromString(first).outputs and pb.ModelInferResponse.FromString(second).outputs
     assert (opened, after, takes) == (0, 0, False) and ends == ["unsupported"]
+
+
+def test_messages_stay_under_the_hosts_message_limit_when_many_calls_queue(store, tmp_path):
+    """40 calls of 200 KB queued on one stream hold 8 MB, four times what this hostd takes in one message
+    (max_request_bytes 1 MiB + 1 MiB): the router's messages stop taking frames at ground.forwarded.BATCH_BYTES,
+    so each call gets its own answer from the host (here INVALID_ARGUMENT: the tensor is not the model's
+    shape), and the stream never breaks."""
+    h = HostdProc(str(store), tmp_path, args=["--preload"], env={"MMHOST_HOSTD_MAX_REQUEST_BYTES": str(1 << 20)})
+    ends: list[str] = []
+    x = np.ones((1, 50_000), dtype=np.float32)
+    big = pb.ModelInferRequest(model_name="mlp", raw_input_contents=[x.tobytes()], inputs=[
+        pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 50_000])]).SerializeToString()
+
+    async def go():
+        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=256 << 10, on_stream_end=ends.append)
+        try:
+            return await asyncio.gather(*(f.unary(h.addr, "ModelInfer", big, timeout=30, metadata=MD)
+                                          for _ in range(40)), return_exceptions=True)
+        finally:
+            await f.close()
+
+    try:
+        done = _run(go())
+    finally:
+        h.stop()
+    assert len(big) > 190_000 and not ends
+    for e in done:
+        assert isinstance(e, HostError) and e.code == grpc.StatusCode.INVALID_ARGUMENT and e.reason, e
+
+
+def test_take_fills_a_message_up_to_the_limit_and_leaves_the_rest():
+    from ground.forwarded import take
+
+    q = [b"a" * 400, b"b" * 400, b"c" * 400, b"d" * 10]
+    assert take(q, 1000) == [b"a" * 400, b"b" * 400, b"c" * 400] and q == [b"d" * 10]
+    assert take(q, 1000) == [b"d" * 10] and q == []
+    q = [b"x" * 5000, b"y"]
+    assert take(q, 1000) == [b"x" * 5000] and q == [b"y"]  # one frame over the limit goes alone

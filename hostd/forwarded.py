@@ -23,13 +23,13 @@ import asyncio
 import grpc
 from grpc import aio
 
-from ground.errors import InvalidArgument, ServingError, Unauthenticated
+from ground.errors import InvalidArgument, ResourceExhausted, ServingError, Unauthenticated
 from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer, frames, join, take
 from ground.interceptors import WIRE_BYTES, status_of
 from ground.protowire import Malformed
 from ground.served import Served
 from ground.streaming import abort_stream
-from ground.wire import SERVED, TENANT_HEADER
+from ground.wire import SERVED, TENANT_HEADER, Reason
 from hostd import wire_request
 from hostd.dataplane import DataPlane
 
@@ -37,10 +37,11 @@ __all__ = ["MAX_INFLIGHT", "METHOD", "SERVICE_NAME", "handler"]
 MAX_INFLIGHT = 1024  # calls of one stream in flight at once (the router's own limits bound them first)
 
 
-def handler(plane: DataPlane, default_tenant: str | None) -> grpc.GenericRpcHandler:
-    """The generic handler to add to hostd's server."""
+def handler(plane: DataPlane, default_tenant: str | None, max_message_bytes: int = 1 << 62) -> grpc.GenericRpcHandler:
+    """The generic handler to add to hostd's server; `max_message_bytes`: its gRPC send limit (an answer over
+    it is that call's RESOURCE_EXHAUSTED, not a write that ends the stream for every call on it)."""
     async def infer(requests, context: aio.ServicerContext) -> None:
-        await serve(plane, default_tenant, context)
+        await serve(plane, default_tenant, context, max_message_bytes)
 
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Infer": grpc.stream_stream_rpc_method_handler(infer)})
 
@@ -65,7 +66,8 @@ async def answer(plane: DataPlane, tenant: str, frame_request: memoryview, timeo
         return code.value[0], text, md, b""
 
 
-async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext) -> None:
+async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext,
+                max_message_bytes: int = 1 << 62) -> None:
     slots = asyncio.Semaphore(MAX_INFLIGHT)  # a call's slot is given back once its answer is written
     ready: list[bytes] = []  # answers waiting for the writer: each message carries all of them
     wake = asyncio.Event()
@@ -80,6 +82,11 @@ async def serve(plane: DataPlane, default_tenant: str | None, context: aio.Servi
                 out = encode_answer(seq, code.value[0], text, md, b"")
             else:
                 out = encode_answer(seq, *await answer(plane, tenant, request, timeout_us))
+                if len(out) + 16 > max_message_bytes:  # 16: the batch's framing around it
+                    code, text, md = status_of(ResourceExhausted(
+                        f"the answer is {len(out)} bytes, over the {max_message_bytes} a hostd sends in one message",
+                        reason=Reason.MODEL_FAILED.value))
+                    out = encode_answer(seq, code.value[0], text, md, b"")
         except BaseException:  # cancelled (the stream ended): no answer to write
             slots.release()
             raise

@@ -241,7 +241,8 @@ class Hostd:
         hostd_control_pb2_grpc.add_HostdControlServicer_to_server(ControlServicer(self.status), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # routers' ModelInfer calls, many to a stream (raw frames: ground/forwarded.py)
-        self.server.add_generic_rpc_handlers((forwarded.handler(self.servicer.plane, self.servicer.default_tenant),))
+        self.server.add_generic_rpc_handlers((forwarded.handler(self.servicer.plane, self.servicer.default_tenant,
+                                                                limit),))
         names = (
             grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
             hostd_control_pb2.DESCRIPTOR.services_by_name["HostdControl"].full_name,

@@ -18,6 +18,9 @@ Failures, as a unary call's transport would have them:
 - the stream breaks (the host died, refused the connection, or ended the stream while calls were out): every
   call out on it fails UNAVAILABLE with no mmhost-reason (the host's own reason when the stream ended with
   one), which router/failover.py reads as a host that is down; the next call opens a new stream;
+- an answer larger than the router's max_message_bytes ends the stream RESOURCE_EXHAUSTED on the router's side:
+  the calls out on it (that model's) fail RESOURCE_EXHAUSTED, final, as the unary call's would, and the host
+  stays up (hostd itself answers a call whose answer is over its own send limit RESOURCE_EXHAUSTED, alone);
 - a call's deadline passes before its answer: DEADLINE_EXCEEDED here, as gRPC's client would say it (hostd got
   the same deadline in the frame and drops the call from its queue when it passes);
 - the caller goes away (the tenant cancelled): its answer is dropped when it comes. hostd is not told (a unary
@@ -128,6 +131,10 @@ class _Stream:
             trailing = tuple(e.trailing_metadata() or ())
             if e.code() == grpc.StatusCode.UNIMPLEMENTED and reason_of(trailing) is None:
                 err = StreamsUnsupported(e.code(), e.details() or "", trailing)  # a hostd from before HostdData
+            elif e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_of(trailing) is None:
+                # an answer over this router's max_message_bytes: as a unary call would, that is final for the
+                # calls out on this (one model's) stream, and says nothing about the host
+                err = HostError(e.code(), e.details() or "an answer was larger than the router takes", trailing)
             else:
                 code = e.code() if reason_of(trailing) is not None else grpc.StatusCode.UNAVAILABLE
                 err = HostError(code, e.details() or "the host's stream failed", trailing)

@@ -305,3 +305,53 @@ def test_take_fills_a_message_up_to_the_limit_and_leaves_the_rest():
     assert take(q, 1000) == [b"d" * 10] and q == []
     q = [b"x" * 5000, b"y"]
     assert take(q, 1000) == [b"x" * 5000] and q == [b"y"]  # one frame over the limit goes alone
+
+
+def _tile_model(path: Path, repeats: int) -> None:
+    """input [N, 64] -> output [N, 64 * repeats]: a small model whose answer is large."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    reps = helper.make_tensor("reps", TensorProto.INT64, [2], [1, repeats])
+    graph = helper.make_graph([helper.make_node("Tile", ["input", "reps"], ["output"])], "tile",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", DIM])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", DIM * repeats])],
+                              initializer=[reps])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_an_answer_over_a_message_limit_fails_its_calls_final_and_the_host_stays_up(tmp_path):
+    """A model whose answer (1.3 MB) is over hostd's send limit (max_request_bytes 64 KiB + 1 MiB): hostd answers
+    that call RESOURCE_EXHAUSTED by itself and the stream goes on. Over the router's own max_message_bytes
+    (here 4 KiB, hostd's limit not reached): the stream ends on the router's side and its calls fail
+    RESOURCE_EXHAUSTED, final as a unary call's would be, never as a host that is down."""
+    root = tmp_path / "store"
+    _tile_model(tmp_path / "tile.onnx", 5000)
+    _tile_model(tmp_path / "tile_small.onnx", 20)
+    repo = ModelRepository(LocalStorage(root))
+    for name, f in (("tile", "tile.onnx"), ("tile_small", "tile_small.onnx")):
+        publish_version(repo, onnx_manifest("demo", name, "1", tmp_path / f, "model.onnx"), {"model.onnx": tmp_path / f})
+    h = HostdProc(str(root), tmp_path, env={"MMHOST_HOSTD_MAX_REQUEST_BYTES": str(64 << 10)})
+
+    async def go():
+        at_host = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        at_router = Forwarder(4096, streams=1, stream_max_body_bytes=1 << 20)
+        try:
+            big = await asyncio.gather(at_host.unary(h.addr, "ModelInfer", _body("tile"), timeout=60, metadata=MD),
+                                       return_exceptions=True)
+            after = await at_host.unary(h.addr, "ModelInfer", _body("tile_small"), timeout=60, metadata=MD)
+            small_but_over = await asyncio.gather(at_router.unary(h.addr, "ModelInfer", _body("tile_small", 1),
+                                                                  timeout=60, metadata=MD), return_exceptions=True)
+            return big[0], after, small_but_over[0], at_host._streams.open_streams()
+        finally:
+            await at_host.close()
+            await at_router.close()
+
+    try:
+        big, after, over, streams = _run(go())
+    finally:
+        h.stop()
+    assert isinstance(big, HostError) and big.code == grpc.StatusCode.RESOURCE_EXHAUSTED and big.reason, big
+    assert pb.ModelInferResponse.FromString(after).outputs and streams == 1  # the same stream went on
+    assert isinstance(over, HostError) and over.code == grpc.StatusCode.RESOURCE_EXHAUSTED, over
+    assert classify(over.code, over.trailing) is Outcome.FINAL

@@ -100,7 +100,7 @@ def test_calls_on_streams_answer_as_unary_calls_do(host):
 
     got, want, trailers = _run(go())
     for g, w in zip(got, want, strict=True):  # concurrent calls may share a batch: the same up to rounding
-        np.testing.assert_allclose(_out(g), _out(w), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(_out(g), _out(w), rtol=1e-4, atol=1e-5)
     assert [k for k, _ in trailers].count(SERVED) == 8
 
 

@@ -66,15 +66,21 @@ async def _abort(context: aio.ServicerContext, err: Exception) -> None:
 WIRE_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("mmhost_wire_bytes", default=0)
 
 
+def decode(body: bytes | memoryview, deserializer: Callable[[bytes], object]) -> object:
+    """A request body decoded in this task (WIRE_BYTES set to its size); InvalidArgument when it cannot be:
+    never grpc's own UNKNOWN, which a router would read as a failed transport."""
+    WIRE_BYTES.set(len(body))
+    try:
+        return deserializer(body)  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others
+        raise InvalidArgument(f"malformed request message: cannot decode it ({type(e).__name__})") from None
+
+
 def _wrap_unary(behavior, deserializer=None):
     async def wrapper(request, context):
         try:
             if deserializer is not None:
-                WIRE_BYTES.set(len(request))
-                try:
-                    request = deserializer(request)
-                except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others
-                    raise InvalidArgument(f"malformed request message: cannot decode it ({type(e).__name__})") from None
+                request = decode(request, deserializer)
             return await behavior(request, context)
         except aio.AbortError:
             raise

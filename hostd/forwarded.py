@@ -4,7 +4,8 @@ same decoding (hostd/wire_request.py: large raw tensors stay views into the byte
 draining, deadline (the frame's `timeout_us`, and the call's `timeout` parameter) and statistics; its answer
 frame carries the status code, message and trailing metadata (mmhost-reason, mmhost-request-id,
 retry-after-ms, mmhost-served) the unary call would have had. Answers go out as calls finish, in any order,
-every answer that is ready when the writer comes to write in one message (ground/forwarded.py).
+every answer that is ready when a write starts in one message (ground/forwarded.py): the task of the call
+that finished first writes, and answers that finish meanwhile go in its next message, with no writer task.
 
 The tenant comes in each frame, as `mmhost-tenant` does on a unary call, from a router (with mutual TLS, the
 router-certificate check has passed before this handler runs: ground.tls.PeerCheckInterceptor); a frame
@@ -23,15 +24,15 @@ import asyncio
 import grpc
 from grpc import aio
 
-from ground.errors import InvalidArgument, ResourceExhausted, ServingError, Unauthenticated
+from ground.errors import InvalidArgument, ResourceExhausted
 from ground.forwarded import METHOD, SERVICE_NAME, decode_call, encode_answer, frames, join, take
-from ground.interceptors import WIRE_BYTES, status_of
+from ground.interceptors import decode, status_of
 from ground.protowire import Malformed
-from ground.served import Served
 from ground.streaming import abort_stream
-from ground.wire import SERVED, TENANT_HEADER, Reason
+from ground.wire import SERVED, Reason
 from hostd import wire_request
 from hostd.dataplane import DataPlane
+from hostd.servicer import infer_served, no_tenant
 
 __all__ = ["MAX_INFLIGHT", "METHOD", "SERVICE_NAME", "handler"]
 MAX_INFLIGHT = 1024  # calls of one stream in flight at once (the router's own limits bound them first)
@@ -49,72 +50,59 @@ def handler(plane: DataPlane, default_tenant: str | None, max_message_bytes: int
 async def answer(plane: DataPlane, tenant: str, frame_request: memoryview, timeout_us: int) -> tuple[int, str, tuple, bytes]:
     """One call: (status code value, message, trailing metadata, response bytes), as the unary ModelInfer
     (hostd/servicer.py) would answer it."""
-    served = Served()
     try:
-        WIRE_BYTES.set(len(frame_request))
-        try:
-            request = wire_request.parse_infer_request(frame_request)  # type: ignore[arg-type]
-        except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and, on odd input, others
-            raise InvalidArgument(f"malformed request message: cannot decode it ({type(e).__name__})") from None
-        resp = await plane.infer(tenant, request, timeout_us / 1e6 if timeout_us > 0 else None, served,
-                                 raw=wire_request.RAW_INPUTS.get())
+        request = decode(frame_request, wire_request.parse_infer_request)
+        resp, served = await infer_served(plane, tenant, request, timeout_us / 1e6 if timeout_us > 0 else None,
+                                          wire_request.RAW_INPUTS.get())
         return 0, "", ((SERVED, served.encode()),), resp.SerializeToString()
     except Exception as e:  # noqa: BLE001 - every failure is this call's answer (CancelledError is not one)
-        if served.version and isinstance(e, ServingError):
-            e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
         code, text, md = status_of(e)
         return code.value[0], text, md, b""
+
+
+def _error(seq: int, err: Exception) -> bytes:
+    code, text, md = status_of(err)
+    return encode_answer(seq, code.value[0], text, md, b"")
 
 
 async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext,
                 max_message_bytes: int = 1 << 62) -> None:
     slots = asyncio.Semaphore(MAX_INFLIGHT)  # a call's slot is given back once its answer is written
-    ready: list[bytes] = []  # answers waiting for the writer: each message carries all of them
-    wake = asyncio.Event()
+    ready: list[bytes] = []  # answers waiting to be written: a message carries as many as BATCH_BYTES allows
+    writing = [False]  # a call's task is writing: the others leave their answers to it
     tasks: set[asyncio.Task] = set()
     broken: list[Exception] = []
 
     async def one(seq: int, tenant: str | None, request: memoryview, timeout_us: int) -> None:
         try:
             if tenant is None:
-                code, text, md = status_of(Unauthenticated(
-                    f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)"))
-                out = encode_answer(seq, code.value[0], text, md, b"")
+                out = _error(seq, no_tenant())
             else:
                 out = encode_answer(seq, *await answer(plane, tenant, request, timeout_us))
                 if len(out) + 16 > max_message_bytes:  # 16: the batch's framing around it
-                    code, text, md = status_of(ResourceExhausted(
+                    out = _error(seq, ResourceExhausted(
                         f"the answer is {len(out)} bytes, over the {max_message_bytes} a hostd sends in one message",
                         reason=Reason.MODEL_FAILED.value))
-                    out = encode_answer(seq, code.value[0], text, md, b"")
         except BaseException:  # cancelled (the stream ended): no answer to write
             slots.release()
             raise
         ready.append(out)
-        wake.set()
-
-    async def write(batch: list[bytes]) -> None:
+        if writing[0]:  # the task writing now sends it with the next message
+            return
+        writing[0] = True  # written from this task (no writer task to wake); what finishes meanwhile joins in
         try:
-            if not broken:
-                await context.write(join(batch))
-        except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
-            broken.append(e)
+            while ready and not broken:
+                batch = take(ready)
+                try:
+                    await context.write(join(batch))
+                except Exception as e:  # noqa: BLE001 - the stream is over; say so to the reading loop
+                    broken.append(e)
+                finally:
+                    for _ in batch:
+                        slots.release()
         finally:
-            for _ in batch:
-                slots.release()
+            writing[0] = False
 
-    async def writer() -> None:
-        while not broken:
-            if not ready:
-                if closing.is_set():
-                    return
-                await wake.wait()
-                wake.clear()
-                continue
-            await write(take(ready))  # what is left goes in the next message
-
-    closing = asyncio.Event()  # every call read has its answer in `ready` or written: the writer ends when it is empty
-    writing = asyncio.create_task(writer())
     try:
         reading = True
         while reading and not broken:
@@ -134,13 +122,9 @@ async def serve(plane: DataPlane, default_tenant: str | None, context: aio.Servi
                 t = asyncio.create_task(one(head.seq, head.tenant or default_tenant, request, head.timeout_us))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
-        while tasks and not broken:  # half-closed: answer what is in flight
+        while tasks and not broken:  # half-closed: answer what is in flight (each task writes or hands over)
             await asyncio.wait(list(tasks), return_when=asyncio.FIRST_COMPLETED)
-        closing.set()
-        wake.set()
-        await writing
     finally:
-        writing.cancel()
         pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()

@@ -65,8 +65,26 @@ def _tenant_and_served(context: aio.ServicerContext, default: str | None) -> tup
     if tenant is not None:
         return tenant, not fast
     if default is None:
-        raise Unauthenticated(f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)")
+        raise no_tenant()
     return default, False
+
+
+def no_tenant() -> Unauthenticated:
+    return Unauthenticated(f"no tenant: a hostd serves calls that carry {TENANT_HEADER} metadata (from a router)")
+
+
+async def infer_served(plane: DataPlane, tenant: str, request: pb.ModelInferRequest, remaining: float | None,
+                       raw) -> tuple[pb.ModelInferResponse, Served]:
+    """One ModelInfer through the data plane, with what served it (ground/served.py); a ServingError it raises
+    carries `mmhost-served` once the model version is known (unary calls here, HostdData frames:
+    hostd/forwarded.py)."""
+    served = Served()
+    try:
+        return await plane.infer(tenant, request, remaining, served, raw=raw), served
+    except ServingError as e:
+        if served.version:  # one error object may fail a whole batch: replace, never append to, its trailer
+            e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
+        raise
 
 
 def _repo_param(params, name: str, kind: str):
@@ -158,14 +176,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
         """A router's call's answer carries `mmhost-served` (ground/served.py; which calls: _tenant_and_served);
         a failed call's does whenever the model version is known."""
-        served = Served()
         tenant, trailer = _tenant_and_served(context, self.default_tenant)
-        try:
-            resp = await self.plane.infer(tenant, request, context.time_remaining(), served, raw=RAW_INPUTS.get())
-        except ServingError as e:
-            if served.version:  # one error object may fail a whole batch: replace, never append to, its trailer
-                e.trailers = (*(t for t in e.trailers if t[0] != SERVED), (SERVED, served.encode()))
-            raise
+        resp, served = await infer_served(self.plane, tenant, request, context.time_remaining(), RAW_INPUTS.get())
         if trailer:  # a router's Python lane: its access log reads it (_tenant_and_served)
             context.set_trailing_metadata(((SERVED, served.encode()),))
         return resp

@@ -237,16 +237,17 @@ class HostStreams:
     def drop(self, address: str | None = None) -> None:
         """Close the streams to `address` (every host's for None): their calls are answered, new calls open
         new streams (on the channel given then)."""
-        for key in [k for k in self._pools if address is None or k[0] == address]:
-            for s in self._pools.pop(key).streams:
-                s.close()
+        self._close([k for k in self._pools if address is None or k[0] == address])
 
     def sweep(self) -> int:
         """Close the streams of models that sent nothing for IDLE_S (their calls out are answered first);
         returns how many closed."""
         cutoff = self._clock() - IDLE_S
+        return self._close([k for k, p in self._pools.items() if p.used < cutoff])
+
+    def _close(self, keys: list[tuple[str, str]]) -> int:
         closed = 0
-        for key in [k for k, p in self._pools.items() if p.used < cutoff]:
+        for key in keys:
             for s in self._pools.pop(key).streams:
                 s.close()
                 closed += 1

@@ -1,8 +1,9 @@
 """The router's cost, in one run: the same model and closed-loop load (Triton asyncio clients) sent straight to a
-hostd, through the router (its ModelInfer forwards on streams to the hostd: router/host_streams.py), through the
-same router with one gRPC call per forward ('router unary', hostd_streams=0), through the router with its fast
-lane (fast_lane=haproxy: HAProxy in front, with the router's auth and routes; router/fastlane.py), through
-nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio pass-through with no logic
+hostd, through the router (its ModelInfer forwards on streams to the hostd, carried by the hostd's data link:
+router/host_streams.py, ground/framelink.py), through the same router with its streams on gRPC ('router grpc',
+hostd_data_link=false), through the same router with one gRPC call per forward ('router unary',
+hostd_streams=0), through the router with its fast lane (fast_lane=haproxy: HAProxy in front, with the router's
+auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio pass-through with no logic
 (bench/passthrough.py: the floor of any Python gRPC proxy making a call per forward), unary and, as
 'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does. For each concurrency
 level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
@@ -40,7 +41,7 @@ from catalog.repository import ModelRepository  # noqa: E402
 def start_router(hostd: str, tenants: Path, store: Path, workdir: Path, *extra: str,
                  env: dict | None = None) -> tuple[subprocess.Popen, str]:
     addr = f"127.0.0.1:{free_port()}"
-    log = open(workdir / f"router{'-'.join(extra)}{len(env or ())}.log", "wb")
+    log = open(workdir / f"router-{addr.rsplit(':', 1)[1]}.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmhost.cli", "router", "--listen", addr, "--hosts", hostd, "--tenants", str(tenants),
          "--store", str(store), "--metrics-port", "0", "--log-level", "WARNING", *extra],
@@ -89,6 +90,9 @@ def main() -> None:
         router, raddr = start_router(haddr, t / "tenants.json", t / "store", t)
         # the same router making one gRPC call per forward (hostd_streams=0), as before router/host_streams.py
         unary, uaddr = start_router(haddr, t / "tenants.json", t / "store", t, env={"MMHOST_ROUTER_HOSTD_STREAMS": "0"})
+        # the same router with its streams on gRPC (HostdData.Infer) instead of the hostd's data link
+        ongrpc, gaddr = start_router(haddr, t / "tenants.json", t / "store", t,
+                                     env={"MMHOST_ROUTER_HOSTD_DATA_LINK": "false"})
         fast = fast_pid = None
         if not a.no_fast_lane:  # the router with its fast lane: HAProxy in front, a child of the router
             fast, faddr = start_router(haddr, t / "tenants.json", t / "store", t, "--fast-lane", "haproxy")
@@ -113,6 +117,7 @@ def main() -> None:
             for c in levels:
                 pts = {"direct": measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid})}
                 pts["router"] = measured(raddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": router.pid})
+                pts["router grpc"] = measured(gaddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": ongrpc.pid})
                 pts["router unary"] = measured(uaddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": unary.pid})
                 if fast is not None:
                     pts["fast lane"] = measured(faddr, x, c, a.seconds, headers,
@@ -123,7 +128,7 @@ def main() -> None:
                 pts["pass+read"] = measured(saddr, x, c, a.seconds, None, {"hostd": hostd.pid, "pass+read": passread.pid})
                 rows.append((c, pts))
         finally:
-            for p in (passthru, passread, nginx, fast, unary, router, hostd):
+            for p in (passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
                 if p is not None:
                     stop(p)
     print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
@@ -139,7 +144,7 @@ def main() -> None:
             print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
                   f"{r['p50'] - d['p50']:+8.2f} | {cpu}{vs}{errs}")
     targets = []
-    for path in ("router", "router unary", "fast lane"):
+    for path in ("router", "router grpc", "router unary", "fast lane"):
         for c, pts in rows:
             if path not in pts:
                 continue

@@ -88,6 +88,11 @@ class HostdSettings(BaseSettings):
         False, description="serve without TLS: only for the demo, tests and a host reachable by nothing but "
         "its routers; required when tls_cert is unset",
     )
+    data_port: int = Field(
+        0, ge=-1, le=65535, description="routers' ModelInfer calls on plain TCP (the data link, ground/framelink.py: "
+        "no gRPC stream per router and model), on listen's host; 0 = any free port, -1 = off. Advertised in the "
+        "host's status. Only with plaintext: a hostd with TLS opens none, and routers use gRPC streams",
+    )
     tls_without_client_auth: bool = Field(
         False, description="serve TLS (tls_cert) without tls_client_ca: any caller that completes a TLS handshake "
         "may name any tenant in mmhost-tenant. Refused unless this is set (the port is reachable by routers "
@@ -311,6 +316,9 @@ class RouterSettings(BaseSettings):
     hostd_streams: int = Field(
         4, ge=0, le=64, description="ModelInfer calls go to each hostd on up to this many streams (HostdData.Infer, "
         "router/host_streams.py: no gRPC call per forward); 0 = one unary call per forward, as a C proxy would")
+    hostd_data_link: bool = Field(
+        True, description="a hostd's streams go on its data link (plain TCP, HostStatus.data_port) when it has one "
+        "and the router calls hostds in plaintext; off = gRPC streams (HostdData.Infer) always")
     hostd_stream_max_body_bytes: int = Field(
         256 << 10, ge=0, description="larger ModelInfer requests go as unary calls: one stream's messages are sent "
         "in order, so a big one would hold back the small ones behind it")

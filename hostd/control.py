@@ -24,7 +24,7 @@ class HostCounters:
 
 def host_status(host_id: str, address: str, manager: ModelManager, probe: MemoryProbe, budget: int,
                 started: float, draining: bool, device: str, counters: HostCounters | None = None,
-                gate: ExecutionGate | None = None, group: str = "") -> hc.HostStatus:
+                gate: ExecutionGate | None = None, group: str = "", data_port: int = 0) -> hc.HostStatus:
     now_mono, now_unix = time.monotonic(), time.time()
     models = []
     for (tenant, model, version), e in manager.entries.items():
@@ -48,7 +48,7 @@ def host_status(host_id: str, address: str, manager: ModelManager, probe: Memory
         requests_total=sum(c.requests_by_tenant.values()), shed_by_tenant=c.shed_by_tenant,
         requests_by_tenant=c.requests_by_tenant,
         execution_slots=gate.slots if gate else 0, slots_busy=(gate.slots - gate.free) if gate else 0,
-        slots_waiting=gate.waiting if gate else 0, host_group=group,
+        slots_waiting=gate.waiting if gate else 0, host_group=group, data_port=data_port,
     )
 
 

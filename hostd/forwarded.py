@@ -20,6 +20,7 @@ stops), they are cancelled. When the router half-closes, the calls in flight are
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Protocol, cast
 
 import grpc
 from grpc import aio
@@ -36,6 +37,15 @@ from hostd.servicer import infer_served, no_tenant
 
 __all__ = ["MAX_INFLIGHT", "METHOD", "SERVICE_NAME", "handler"]
 MAX_INFLIGHT = 1024  # calls of one stream in flight at once (the router's own limits bound them first)
+
+
+class StreamContext(Protocol):
+    """What `serve` uses of its stream: a gRPC stream's context, or a data link's (hostd/data_port.py)."""
+
+    async def read(self) -> Any: ...
+    async def write(self, message: bytes) -> None: ...
+    def set_trailing_metadata(self, metadata: Any) -> None: ...
+    async def abort(self, code: Any, details: str) -> Any: ...
 
 
 def handler(plane: DataPlane, default_tenant: str | None, max_message_bytes: int = 1 << 62) -> grpc.GenericRpcHandler:
@@ -65,7 +75,7 @@ def _error(seq: int, err: Exception) -> bytes:
     return encode_answer(seq, code.value[0], text, md, b"")
 
 
-async def serve(plane: DataPlane, default_tenant: str | None, context: aio.ServicerContext,
+async def serve(plane: DataPlane, default_tenant: str | None, context: StreamContext,
                 max_message_bytes: int = 1 << 62) -> None:
     slots = asyncio.Semaphore(MAX_INFLIGHT)  # a call's slot is given back once its answer is written
     ready: list[bytes] = []  # answers waiting to be written: a message carries as many as BATCH_BYTES allows
@@ -112,7 +122,7 @@ async def serve(plane: DataPlane, default_tenant: str | None, context: aio.Servi
             try:
                 calls = [decode_call(f) for f in frames(message)]
             except Malformed as e:
-                await abort_stream(context, InvalidArgument(f"malformed ForwardedCalls message: {e}"))
+                await abort_stream(cast(aio.ServicerContext, context), InvalidArgument(f"malformed ForwardedCalls message: {e}"))
                 return
             for head, request in calls:
                 await slots.acquire()

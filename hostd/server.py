@@ -37,6 +37,7 @@ from hostd.heartbeat import Heartbeat
 from ground import tls
 from ground.interceptors import ErrorInterceptor
 from hostd import forwarded, wire_request
+from hostd.data_port import DataPort
 from hostd.loader import Loader
 from hostd.manager import ModelManager
 from hostd.memory import cuda_available, select_probe
@@ -164,13 +165,15 @@ class Hostd:
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self.port: int | None = None
         self.health_server: aio.Server | None = None  # health_port: plaintext health alone, for kubelet probes
+        self.data_port: DataPort | None = None  # routers' calls on plain TCP (hostd/data_port.py), plaintext only
         self.heartbeat = Heartbeat(self.status, heartbeat) if heartbeat is not None and heartbeat.redis_url else None
 
     def status(self):
         counters = HostCounters(self.servicer.requests_by_tenant, self.servicer.shed_by_tenant,
                                 self.manager.device_hits, self.manager.device_misses)
         return host_status(self.host_id, self.settings.listen, self.manager, self.probe, self.budget, self.started,
-                           self.draining, self.device.name, counters, self.gate, self.settings.host_group)
+                           self.draining, self.device.name, counters, self.gate, self.settings.host_group,
+                           self.data_port.port if self.data_port is not None else 0)
 
     def _shares(self) -> dict[str, Share]:
         """Device shares: the registry's (live: `mmhost tenant set-limits`) over the environment's
@@ -254,6 +257,12 @@ class Hostd:
         self.port = tls.add_port(self.server, s.listen, creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
+        if creds is None and s.data_port >= 0:  # with TLS, routers call on gRPC streams (mutual TLS) instead
+            self.data_port = DataPort(self.servicer.plane, self.servicer.default_tenant, limit)
+            try:
+                await self.data_port.start(s.listen.rsplit(":", 1)[0].strip("[]"), s.data_port)
+            except OSError as e:
+                raise SystemExit(f"cannot open the data port {s.data_port}: {e}") from None
         self.metrics.watch(lambda: list(self.manager.entries.items()), self.probe)  # Triton's nv_* series
         if s.metrics_port:
             serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)  # /metrics only; daemon thread
@@ -285,11 +294,12 @@ class Hostd:
         if self.heartbeat is not None:  # routers find this host only once it serves
             self.heartbeat.start()
         log.info("hostd serving on %s (device %s, probe %s, store %s; device budget %d bytes (%s), watermarks "
-                 "%.2f/%.2f, eviction %s; ram tier %s, disk tier %d bytes; %s; metrics %s)",
+                 "%.2f/%.2f, eviction %s; ram tier %s, disk tier %d bytes; %s; data port %s; metrics %s)",
                  s.listen.rsplit(":", 1)[0] + f":{self.port}", self.device.name, self.probe.name,
                  self.storage.description, self.budget, s.device_memory, s.high_watermark, s.low_watermark,
                  s.eviction_policy, self.ram.budget if self.ram else "off", self.disk.budget,
                  "redis mode (heartbeats)" if self.heartbeat is not None else "embedded mode (routers poll)",
+                 self.data_port.port if self.data_port is not None else "off",
                  f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
 
     async def drain_and_stop(self) -> None:
@@ -311,6 +321,8 @@ class Hostd:
         await asyncio.sleep(self.settings.drain_linger_s)
         assert self.server is not None
         await self.server.stop(0.5)
+        if self.data_port is not None:
+            await self.data_port.close()
         if self.health_server is not None:
             await self.health_server.stop(0.5)
         for t in self._tasks:

@@ -59,6 +59,8 @@ def register(app: typer.Typer) -> None:
         tenant_shares: str = setting_option(H, "tenant_shares"),
         tenant_limits: str = setting_option(H, "tenant_limits"),
         host_group: str = setting_option(H, "host_group", help="placement group (routers' host_groups); '' = shared"),
+        data_port: int = setting_option(H, "data_port", help="routers' calls on plain TCP (plaintext only); 0 = any "
+                                        "free port, -1 = off"),
         redis: str = setting_option(HB, "redis_url", "--redis", help="heartbeat to this Redis (routers discover "
                                     "the host)"),
         advertise: str = setting_option(HB, "advertise"),
@@ -76,7 +78,7 @@ def register(app: typer.Typer) -> None:
             "device_memory": device_memory, "high_watermark": high_watermark, "low_watermark": low_watermark,
             "eviction_policy": eviction_policy, "ram_cache_bytes": ram_cache, "disk_cache_bytes": disk_cache,
             "tenant_shares": tenant_shares, "tenant_limits": tenant_limits, "plaintext": plaintext, "dev_mode": dev_mode,
-            "host_group": host_group,
+            "host_group": host_group, "data_port": data_port,
         }
         settings = HostdSettings(**{k: v for k, v in overrides.items() if v is not None})
         check_sizes(settings)

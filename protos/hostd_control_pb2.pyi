@@ -47,7 +47,7 @@ class ModelStatus(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., queue_depth: _Optional[int] = ..., in_flight: _Optional[int] = ..., last_used_unix: _Optional[float] = ..., requests_per_s: _Optional[float] = ..., reason: _Optional[str] = ..., queue_ms_recent: _Optional[float] = ..., compute_ms_recent: _Optional[float] = ..., requests_total: _Optional[int] = ..., shed_total: _Optional[int] = ..., instances: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class HostStatus(_message.Message):
-    __slots__ = ("host_id", "address", "models", "device_memory_used", "device_memory_budget", "device_memory_total", "uptime_s", "draining", "sent_unix", "device", "cache_hits", "cache_misses", "requests_total", "shed_by_tenant", "requests_by_tenant", "execution_slots", "slots_busy", "slots_waiting", "host_group")
+    __slots__ = ("host_id", "address", "models", "device_memory_used", "device_memory_budget", "device_memory_total", "uptime_s", "draining", "sent_unix", "device", "cache_hits", "cache_misses", "requests_total", "shed_by_tenant", "requests_by_tenant", "execution_slots", "slots_busy", "slots_waiting", "host_group", "data_port")
     class ShedByTenantEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class HostStatus(_message.Message):
     SLOTS_BUSY_FIELD_NUMBER: _ClassVar[int]
     SLOTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     HOST_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DATA_PORT_FIELD_NUMBER: _ClassVar[int]
     host_id: str
     address: str
     models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
@@ -100,4 +101,5 @@ class HostStatus(_message.Message):
     slots_busy: int
     slots_waiting: int
     host_group: str
-    def __init__(self, host_id: _Optional[str] = ..., address: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., device_memory_used: _Optional[int] = ..., device_memory_budget: _Optional[int] = ..., device_memory_total: _Optional[int] = ..., uptime_s: _Optional[float] = ..., draining: _Optional[bool] = ..., sent_unix: _Optional[float] = ..., device: _Optional[str] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., requests_total: _Optional[int] = ..., shed_by_tenant: _Optional[_Mapping[str, int]] = ..., requests_by_tenant: _Optional[_Mapping[str, int]] = ..., execution_slots: _Optional[int] = ..., slots_busy: _Optional[int] = ..., slots_waiting: _Optional[int] = ..., host_group: _Optional[str] = ...) -> None: ...
+    data_port: int
+    def __init__(self, host_id: _Optional[str] = ..., address: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., device_memory_used: _Optional[int] = ..., device_memory_budget: _Optional[int] = ..., device_memory_total: _Optional[int] = ..., uptime_s: _Optional[float] = ..., draining: _Optional[bool] = ..., sent_unix: _Optional[float] = ..., device: _Optional[str] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., requests_total: _Optional[int] = ..., shed_by_tenant: _Optional[_Mapping[str, int]] = ..., requests_by_tenant: _Optional[_Mapping[str, int]] = ..., execution_slots: _Optional[int] = ..., slots_busy: _Optional[int] = ..., slots_waiting: _Optional[int] = ..., host_group: _Optional[str] = ..., data_port: _Optional[int] = ...) -> None: ...

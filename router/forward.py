@@ -10,6 +10,7 @@ the old ones close after a grace period, so calls in flight on them finish."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from grpc import aio
@@ -18,7 +19,7 @@ from ground.wire import SERVICE, TENANT_HEADER
 from protos import hostd_control_pb2 as hc
 from ground.tls import ClientTLSFiles
 from router.host_client import HostError
-from router.host_streams import HostStreams, StreamsUnsupported
+from router.host_streams import HostStreams, LinkUnavailable, StreamsUnsupported
 
 __all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
 STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
@@ -41,7 +42,8 @@ class Forwarder:
         self._channels: dict[str, aio.Channel] = {}
         self._calls: dict[tuple[str, str], aio.UnaryUnaryMultiCallable] = {}
         self._retired: dict[asyncio.Task, aio.Channel] = {}  # old channels closing after a rotation
-        self._streams = HostStreams(streams, stream_max_body_bytes, on_end=on_stream_end)
+        self._streams = HostStreams(streams, stream_max_body_bytes, on_end=on_stream_end,
+                                    max_message_bytes=max_message_bytes)
 
     def _channel(self, address: str) -> aio.Channel:
         ch = self._channels.get(address)
@@ -85,9 +87,15 @@ class Forwarder:
         metadata on success (the errors carry theirs). ModelInfer goes on a stream (router/host_streams.py)
         unless streams are off or the body is big; `lane` (the model's key) picks the streams it may share."""
         if method == "ModelInfer" and len(metadata) == 1 and self._streams.takes(address, body):
+            started = time.monotonic()
             try:
-                resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata), body,
-                                                          timeout, lane)
+                try:
+                    resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata),
+                                                              body, timeout, lane)
+                except LinkUnavailable:  # the host's data link cannot be reached: again, on a gRPC stream
+                    left = None if timeout is None else timeout - (time.monotonic() - started)
+                    resp, trailing = await self._streams.call(self._channel(address), address, _tenant(metadata),
+                                                              body, left, lane)
             except StreamsUnsupported:  # a hostd from before HostdData: this call and the next ones go unary
                 pass
             else:
@@ -117,6 +125,11 @@ class Forwarder:
             for k in [k for k in self._calls if k[0] == addr]:
                 del self._calls[k]
             self._retire(ch)
+
+    def set_data_ports(self, ports: dict[str, int]) -> None:
+        """The hosts' data ports (address -> HostStatus.data_port): their streams go on data links
+        (router/host_streams.py). Only for plaintext to hostds: a router with hostd TLS never calls this."""
+        self._streams.set_links(ports)
 
     def sweep(self) -> int:
         """Close the streams of models that went idle (router/host_streams.py); on the router's refresh.

@@ -30,6 +30,13 @@ A hostd older than the router (no HostdData service: the stream ends UNIMPLEMENT
 called with unary calls, the failed call included, and asked again after a minute: a rolling upgrade may
 take the routers first.
 
+A host that advertises a data port (HostStatus.data_port; `set_links`) gets its streams on the data link
+instead (ground/framelink.py: the same messages on a plain TCP connection, with no gRPC call and no
+completion-queue trip per message on either side). A link that cannot be connected to fails its calls
+LinkUnavailable: each goes again on a gRPC stream, and so do that host's next ones for LINK_RETRY_S.
+Everything else (matching, deadlines, a broken link as a host that is down, an answer over the limit) is the
+same on both.
+
 Big bodies do not take a stream (`max_body_bytes`): one stream's messages go out one after another, so an
 8 MB request would hold back every small one behind it on the same stream, where separate calls interleave.
 """
@@ -46,6 +53,7 @@ import grpc
 from grpc import aio
 
 from ground.forwarded import BATCH_BYTES, METHOD, decode_answer, encode_call, frames, join
+from ground.framelink import MAGIC, TooLarge, read_message, write_message
 from ground.protowire import Malformed
 from ground.wire import reason_of
 from router.host_client import HostError
@@ -64,16 +72,87 @@ class StreamsUnsupported(HostError):
 UNSUPPORTED_RETRY_S = 60.0
 
 
+class LinkUnavailable(HostError):
+    """The host's data link could not be connected to: the call goes to it on a gRPC stream instead, and so
+    do the next ones for LINK_RETRY_S (a host that is down fails there as it would have)."""
+
+
+LINK_RETRY_S = 60.0
+LINK_CONNECT_S = 2.0  # a data link not connected by then is unavailable
+
+
+class _LinkCall:
+    """A data link connection (ground/framelink.py), with what _Stream uses of a gRPC stream call: iterating
+    gives the host's messages, `cancel` ends it; `messages` are written as they come, and the end of them
+    half-closes the connection."""
+
+    def __init__(self, host: str, port: int, messages, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._limit = limit
+        self._conn = loop.create_task(self._connect(host, port))
+        self._writer = loop.create_task(self._write(messages))
+
+    @staticmethod
+    async def _connect(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), LINK_CONNECT_S)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise LinkUnavailable(grpc.StatusCode.UNAVAILABLE,
+                                  f"the host's data link {host}:{port} cannot be reached ({e or type(e).__name__})") from None
+        writer.write(MAGIC)
+        return reader, writer
+
+    async def _write(self, messages) -> None:
+        try:
+            _, writer = await self._conn
+        except LinkUnavailable:
+            return  # the reader says so
+        try:
+            async for m in messages:
+                write_message(writer, m)
+                await writer.drain()
+            writer.write_eof()  # the host answers what is out, then closes
+        except OSError:
+            writer.close()  # the reader sees the end
+
+    def __aiter__(self):
+        return self._messages()
+
+    async def _messages(self):
+        reader, writer = await self._conn  # LinkUnavailable
+        try:
+            while True:
+                m = await read_message(reader, self._limit)
+                if m is None:
+                    return
+                yield m
+        finally:
+            self._writer.cancel()
+            writer.close()
+
+    def cancel(self) -> None:
+        self._writer.cancel()
+        if not self._conn.done():
+            self._conn.cancel()
+        elif not self._conn.cancelled() and self._conn.exception() is None:
+            self._conn.result()[1].close()
+
+
 class _Stream:
     """One HostdData.Infer call: frames written in order from a queue, answers matched to waiting futures."""
 
-    def __init__(self, channel: aio.Channel, address: str, on_end: Callable[[str], None] | None = None) -> None:
+    def __init__(self, channel: aio.Channel, address: str, on_end: Callable[[str], None] | None = None,
+                 link: tuple[str, int] | None = None, limit: int = 1 << 62) -> None:
+        """`link`: (host, port) of the host's data link to carry it instead of a gRPC stream; `limit`: the
+        largest message taken from a link (a gRPC stream has the channel's)."""
         self.address = address
-        self._on_end = on_end  # told "broken" or "unsupported" when the stream ends other than by close()
+        self._on_end = on_end  # told "broken", "unsupported" or "link_unreachable" unless it ended by close()
         self.open = True
         self.pending: dict[int, asyncio.Future] = {}
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._call = channel.stream_stream(METHOD)(self._frames())
+        self.link = link is not None
+        self._call = (channel.stream_stream(METHOD)(self._frames()) if link is None
+                      else _LinkCall(link[0], link[1], self._frames(), limit))
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _frames(self):
@@ -112,8 +191,10 @@ class _Stream:
 
     async def _read(self) -> None:
         err: HostError
+        answered = False
         try:
             async for message in self._call:
+                answered = True
                 try:
                     answers = [decode_answer(f) for f in frames(message)]
                 except Malformed as e:  # not a hostd's answer: nothing on this stream can be trusted
@@ -129,8 +210,13 @@ class _Stream:
                 err = HostError(grpc.StatusCode.UNAVAILABLE, "the host ended the stream")
         except aio.AioRpcError as e:
             trailing = tuple(e.trailing_metadata() or ())
-            if e.code() == grpc.StatusCode.UNIMPLEMENTED and reason_of(trailing) is None:
-                err = StreamsUnsupported(e.code(), e.details() or "", trailing)  # a hostd from before HostdData
+            if reason_of(trailing) is None and (e.code() == grpc.StatusCode.UNIMPLEMENTED or (
+                    e.code() == grpc.StatusCode.INTERNAL and not answered)):
+                # a hostd from before HostdData. INTERNAL ("Internal error from Core", no reason) before any
+                # answer is the same refusal seen by grpc.aio when its first write raced the host's
+                # UNIMPLEMENTED (found in a full test run): either way the host could not serve the stream,
+                # and unary calls are always right
+                err = StreamsUnsupported(e.code(), e.details() or "", trailing)
             elif e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and reason_of(trailing) is None:
                 # an answer over this router's max_message_bytes: as a unary call would, that is final for the
                 # calls out on this (one model's) stream, and says nothing about the host
@@ -138,6 +224,12 @@ class _Stream:
             else:
                 code = e.code() if reason_of(trailing) is not None else grpc.StatusCode.UNAVAILABLE
                 err = HostError(code, e.details() or "the host's stream failed", trailing)
+        except LinkUnavailable as e:
+            err = e
+        except TooLarge as e:  # as a gRPC stream's over-limit message: final for its calls, the host stays up
+            err = HostError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"an answer was larger than the router takes ({e})")
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            err = HostError(grpc.StatusCode.UNAVAILABLE, f"the host's data link failed ({type(e).__name__})")
         except asyncio.CancelledError:
             err = HostError(grpc.StatusCode.UNAVAILABLE, "the stream to the host was closed")
         except Exception as e:  # noqa: BLE001 - whatever broke the stream fails its calls, never the router
@@ -146,7 +238,8 @@ class _Stream:
         ended_by_us = not self.open  # close() or cancel() came first
         self.open = False  # before the sweep: no call joins a stream whose reader is done
         if self._on_end is not None and not ended_by_us:
-            self._on_end("unsupported" if isinstance(err, StreamsUnsupported) else "broken")
+            self._on_end("unsupported" if isinstance(err, StreamsUnsupported)
+                         else "link_unreachable" if isinstance(err, LinkUnavailable) else "broken")
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -165,9 +258,13 @@ class HostStreams:
     """Calls to hosts over up to `streams` streams per model and host (the Forwarder owns the channels)."""
 
     def __init__(self, streams: int, max_body_bytes: int, clock=time.monotonic,
-                 on_end: Callable[[str], None] | None = None) -> None:
-        """`on_end`: told the outcome of each stream that ends other than by the router closing it (a metric)."""
+                 on_end: Callable[[str], None] | None = None, max_message_bytes: int = 1 << 62) -> None:
+        """`on_end`: told the outcome of each stream that ends other than by the router closing it (a metric);
+        `max_message_bytes`: the largest message taken from a data link."""
         self.streams = streams
+        self._limit = max_message_bytes
+        self._links: dict[str, tuple[str, int]] = {}  # address -> its data link (host, port)
+        self._link_down: dict[str, float] = {}  # address -> when its data link could not be reached
         self._on_end = on_end
         self.max_body_bytes = max_body_bytes
         self._clock = clock
@@ -185,6 +282,27 @@ class HostStreams:
             return False
         del self._unsupported[address]  # upgraded since? try streams again
         return True
+
+    def set_links(self, ports: dict[str, int]) -> None:
+        """The hosts' data ports (address -> port; a host not in it has none): a host whose port changed (it
+        restarted) gets new streams."""
+        links = {a: (a.rsplit(":", 1)[0].strip("[]"), p) for a, p in ports.items() if p}
+        changed = {a for a in set(links) | set(self._links) if links.get(a) != self._links.get(a)}
+        self._links = links
+        for a in changed:
+            self._link_down.pop(a, None)
+            self.drop(a)
+
+    def _link(self, address: str) -> tuple[str, int] | None:
+        link = self._links.get(address)
+        if link is None:
+            return None
+        since = self._link_down.get(address)
+        if since is not None:
+            if self._clock() - since < LINK_RETRY_S:
+                return None
+            del self._link_down[address]
+        return link
 
     def open_streams(self, address: str | None = None) -> int:
         """Streams open (to `address`, or to every host)."""
@@ -204,7 +322,7 @@ class HostStreams:
             if best is None or len(s.pending) < len(best.pending):
                 best = s
         if best is None or (len(best.pending) >= GROW_AT and len(streams) < self.streams):
-            best = _Stream(channel, address, self._on_end)
+            best = _Stream(channel, address, self._on_end, self._link(address), self._limit)
             streams.append(best)
         return best
 
@@ -225,6 +343,13 @@ class HostStreams:
             self._unsupported[address] = self._clock()
             self.drop(address)
             raise
+        except LinkUnavailable:
+            if address not in self._link_down:
+                self._link_down[address] = self._clock()
+                log.warning("the data link of %s cannot be reached: its calls go on gRPC streams for %.0f s",
+                            address, LINK_RETRY_S)
+            self._drop_links(address)
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
@@ -238,6 +363,15 @@ class HostStreams:
         """Close the streams to `address` (every host's for None): their calls are answered, new calls open
         new streams (on the channel given then)."""
         self._close([k for k in self._pools if address is None or k[0] == address])
+
+    def _drop_links(self, address: str) -> None:
+        """Close the address's streams that are data links (its gRPC streams stay)."""
+        for (a, _), pool in self._pools.items():
+            if a == address:
+                for st in pool.streams:
+                    if st.link:
+                        st.close()
+                pool.streams[:] = [st for st in pool.streams if st.open]
 
     def sweep(self) -> int:
         """Close the streams of models that sent nothing for IDLE_S (their calls out are answered first);

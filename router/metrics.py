@@ -42,7 +42,8 @@ class RouterMetrics:
         self.hostd_stream_ends = Counter(
             "mmhost_router_hostd_stream_ends_total", "Streams to hostds that ended other than by the router closing "
             "them, by outcome: broken (transport failure or the host ended it; its calls failed as a host down) or "
-            "unsupported (a hostd without HostdData: its calls went unary)", ["outcome"], registry=r)
+            "unsupported (a hostd without HostdData: its calls went unary) or link_unreachable (the host's data link could "
+            "not be connected to: its calls went on gRPC streams)", ["outcome"], registry=r)
         self.group_hosts_up = Gauge("mmhost_router_host_group_hosts_up", "Hosts in the local view that take "
                                     "requests, per host group ('' = the shared pool; only with host_groups set)",
                                     ["group"], registry=r)

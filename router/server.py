@@ -175,6 +175,9 @@ class Router:
             for group, n in hosts_per_group(eligible, self.dispatcher.groups).items():
                 self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
+        if self.settings.hostd_data_link and self.settings.hostd_ca is None:  # data links are plaintext only
+            self.forwarder.set_data_ports({a: h.status.data_port for a, h in self.cluster.hosts.items()
+                                           if h.status is not None and h.status.data_port})
         self.metrics.hostd_streams.set(self.forwarder.sweep())
         if self.source.complete:
             await self.forwarder.forget(set(self.cluster.hosts))

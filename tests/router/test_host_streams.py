@@ -1,7 +1,9 @@
 """router/host_streams.py against a real hostd process, through the router's Forwarder: ModelInfer calls go many
 to a stream and come back as unary calls would (the same answer, mmhost-served for the access log); a host
 that hangs fails a call at its deadline; a host killed with calls out fails each as a transport failure, which
-router/failover.py reads as a host that is down (so the dispatcher retries elsewhere); big bodies go unary."""
+router/failover.py reads as a host that is down (so the dispatcher retries elsewhere); big bodies go unary.
+Each behaviour is checked on both carriers of a stream: a gRPC stream (HostdData.Infer) and the host's data
+link (plain TCP, ground/framelink.py), which routers use when the host advertises a data port."""
 
 from __future__ import annotations
 
@@ -47,9 +49,10 @@ def store(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def host(store, tmp_path):
+@pytest.fixture(params=["grpc", "link"])
+def host(request, store, tmp_path):
     h = HostdProc(str(store), tmp_path, args=["--preload"])
+    h.transport = request.param
     yield h
     if h.proc.poll() is None:
         os.kill(h.proc.pid, signal.SIGCONT)
@@ -83,9 +86,24 @@ def _run(coro):
     return asyncio.run(coro)
 
 
+def _fwd(host, *args, **kw) -> Forwarder:
+    """A Forwarder whose streams to `host` go on its data link when the test's transport is "link" (as a
+    router's refresh sets them from the host's status), else on gRPC streams."""
+    f = Forwarder(*args, **kw)
+    if getattr(host, "transport", "grpc") == "link":
+        port = host.status().data_port
+        assert port > 0, "a plaintext hostd advertises its data port"
+        f.set_data_ports({host.addr: port})
+    return f
+
+
+def _links(f: Forwarder) -> int:
+    return sum(st.link for p in f._streams._pools.values() for st in p.streams)
+
+
 def test_calls_on_streams_answer_as_unary_calls_do(host):
     async def go():
-        streamed, unary = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20), Forwarder(64 << 20)
+        streamed, unary = _fwd(host, 64 << 20, streams=2, stream_max_body_bytes=1 << 20), Forwarder(64 << 20)
         try:
             trailers: list = []
             got = await asyncio.gather(*(streamed.unary(host.addr, "ModelInfer", _body(seed=i), timeout=30,
@@ -93,6 +111,7 @@ def test_calls_on_streams_answer_as_unary_calls_do(host):
             want = [await unary.unary(host.addr, "ModelInfer", _body(seed=i), timeout=30, metadata=MD)
                     for i in range(8)]
             assert streamed._streams.open_streams(host.addr) == 2  # the calls went on streams: 8 out, GROW_AT 4
+            assert _links(streamed) == (2 if host.transport == "link" else 0)
             return got, want, trailers
         finally:
             await streamed.close()
@@ -106,7 +125,7 @@ def test_calls_on_streams_answer_as_unary_calls_do(host):
 
 def test_a_missing_model_fails_as_on_a_unary_call(host):
     async def go():
-        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        f = _fwd(host, 64 << 20, streams=1, stream_max_body_bytes=1 << 20)
         try:
             with pytest.raises(HostError) as e:
                 await f.unary(host.addr, "ModelInfer", _body("nope"), timeout=30, metadata=MD)
@@ -120,7 +139,7 @@ def test_a_missing_model_fails_as_on_a_unary_call(host):
 
 def test_a_hung_host_fails_the_call_at_its_deadline_and_serves_after(host):
     async def go():
-        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        f = _fwd(host, 64 << 20, streams=1, stream_max_body_bytes=1 << 20)
         try:
             await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)  # the stream is open
             os.kill(host.proc.pid, signal.SIGSTOP)
@@ -145,7 +164,7 @@ def test_a_host_killed_with_calls_out_fails_each_as_a_host_that_is_down(host):
     ends: list[str] = []  # what the router's mmhost_router_hostd_stream_ends_total counts
 
     async def go():
-        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20, on_stream_end=ends.append)
+        f = _fwd(host, 64 << 20, streams=2, stream_max_body_bytes=1 << 20, on_stream_end=ends.append)
         try:
             await asyncio.gather(*(f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD) for _ in range(4)))
             os.kill(host.proc.pid, signal.SIGSTOP)  # so that every call below is out when it dies
@@ -165,12 +184,13 @@ def test_a_host_killed_with_calls_out_fails_each_as_a_host_that_is_down(host):
     for e in done:
         assert isinstance(e, HostError) and classify(e.code, e.trailing) is Outcome.HOST_DOWN, e
     assert isinstance(late, HostError) and classify(late.code, late.trailing) is Outcome.HOST_DOWN
-    assert ends and set(ends) == {"broken"}
+    # on a link, the late call's new connection is refused: it went on a gRPC stream, which failed as well
+    assert ends and set(ends) == ({"broken", "link_unreachable"} if host.transport == "link" else {"broken"})
 
 
 def test_a_body_over_the_stream_limit_goes_as_a_unary_call(host):
     async def go():
-        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=100)
+        f = _fwd(host, 64 << 20, streams=2, stream_max_body_bytes=100)
         try:
             resp = await f.unary(host.addr, "ModelInfer", _body(), timeout=30, metadata=MD)
             return resp, f._streams.open_streams()
@@ -187,7 +207,7 @@ def test_each_model_has_streams_of_its_own_and_an_idle_models_close(host):
     now = [0.0]
 
     async def go():
-        f = Forwarder(64 << 20, streams=4, stream_max_body_bytes=1 << 20)
+        f = _fwd(host, 64 << 20, streams=4, stream_max_body_bytes=1 << 20)
         f._streams._clock = lambda: now[0]
         try:
             await asyncio.gather(*(f.unary(host.addr, "ModelInfer", _body("mlp_big", i), timeout=30, metadata=MD,
@@ -216,7 +236,7 @@ def test_a_draining_host_answers_the_calls_out_and_refuses_new_ones_for_another_
     """SIGTERM with calls out on the streams: each is answered, or refused as a host that is leaving (the
     dispatcher retries it elsewhere); none gets a status the caller would see."""
     async def go():
-        f = Forwarder(64 << 20, streams=2, stream_max_body_bytes=1 << 20)
+        f = _fwd(host, 64 << 20, streams=2, stream_max_body_bytes=1 << 20)
         try:
             await f.unary(host.addr, "ModelInfer", _body("mlp_big"), timeout=30, metadata=MD)
             calls = [asyncio.ensure_future(f.unary(host.addr, "ModelInfer", _body("mlp_big", i), timeout=30,
@@ -269,19 +289,21 @@ def test_a_host_without_hostd_data_is_called_unary_during_a_rolling_upgrade(tmp_
     assert (opened, after, takes) == (0, 0, False) and ends == ["unsupported"]
 
 
-def test_messages_stay_under_the_hosts_message_limit_when_many_calls_queue(store, tmp_path):
+@pytest.mark.parametrize("transport", ["grpc", "link"])
+def test_messages_stay_under_the_hosts_message_limit_when_many_calls_queue(store, tmp_path, transport):
     """40 calls of 200 KB queued on one stream hold 8 MB, four times what this hostd takes in one message
     (max_request_bytes 1 MiB + 1 MiB): the router's messages stop taking frames at ground.forwarded.BATCH_BYTES,
     so each call gets its own answer from the host (here INVALID_ARGUMENT: the tensor is not the model's
     shape), and the stream never breaks."""
     h = HostdProc(str(store), tmp_path, args=["--preload"], env={"MMHOST_HOSTD_MAX_REQUEST_BYTES": str(1 << 20)})
+    h.transport = transport
     ends: list[str] = []
     x = np.ones((1, 50_000), dtype=np.float32)
     big = pb.ModelInferRequest(model_name="mlp", raw_input_contents=[x.tobytes()], inputs=[
         pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 50_000])]).SerializeToString()
 
     async def go():
-        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=256 << 10, on_stream_end=ends.append)
+        f = _fwd(h, 64 << 20, streams=1, stream_max_body_bytes=256 << 10, on_stream_end=ends.append)
         try:
             return await asyncio.gather(*(f.unary(h.addr, "ModelInfer", big, timeout=30, metadata=MD)
                                           for _ in range(40)), return_exceptions=True)
@@ -320,7 +342,8 @@ def _tile_model(path: Path, repeats: int) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def test_an_answer_over_a_message_limit_fails_its_calls_final_and_the_host_stays_up(tmp_path):
+@pytest.mark.parametrize("transport", ["grpc", "link"])
+def test_an_answer_over_a_message_limit_fails_its_calls_final_and_the_host_stays_up(tmp_path, transport):
     """A model whose answer (1.3 MB) is over hostd's send limit (max_request_bytes 64 KiB + 1 MiB): hostd answers
     that call RESOURCE_EXHAUSTED by itself and the stream goes on. Over the router's own max_message_bytes
     (here 4 KiB, hostd's limit not reached): the stream ends on the router's side and its calls fail
@@ -332,10 +355,11 @@ def test_an_answer_over_a_message_limit_fails_its_calls_final_and_the_host_stays
     for name, f in (("tile", "tile.onnx"), ("tile_small", "tile_small.onnx")):
         publish_version(repo, onnx_manifest("demo", name, "1", tmp_path / f, "model.onnx"), {"model.onnx": tmp_path / f})
     h = HostdProc(str(root), tmp_path, env={"MMHOST_HOSTD_MAX_REQUEST_BYTES": str(64 << 10)})
+    h.transport = transport
 
     async def go():
-        at_host = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20)
-        at_router = Forwarder(4096, streams=1, stream_max_body_bytes=1 << 20)
+        at_host = _fwd(h, 64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+        at_router = _fwd(h, 4096, streams=1, stream_max_body_bytes=1 << 20)
         try:
             big = await asyncio.gather(at_host.unary(h.addr, "ModelInfer", _body("tile"), timeout=60, metadata=MD),
                                        return_exceptions=True)
@@ -355,3 +379,65 @@ def test_an_answer_over_a_message_limit_fails_its_calls_final_and_the_host_stays
     assert pb.ModelInferResponse.FromString(after).outputs and streams == 1  # the same stream went on
     assert isinstance(over, HostError) and over.code == grpc.StatusCode.RESOURCE_EXHAUSTED, over
     assert classify(over.code, over.trailing) is Outcome.FINAL
+
+
+def test_a_data_link_that_cannot_be_reached_sends_the_calls_on_grpc_streams(store, tmp_path):
+    """A host whose advertised data port takes no connections (closed here; a firewall in real life): the
+    call is answered on a gRPC stream, the host is not marked down, the next calls do not try the link
+    again, and the stream end is counted as link_unreachable once."""
+    h = HostdProc(str(store), tmp_path, args=["--preload"])
+    ends: list[str] = []
+
+    async def go():
+        f = Forwarder(64 << 20, streams=1, stream_max_body_bytes=1 << 20, on_stream_end=ends.append)
+        f.set_data_ports({h.addr: free_port()})  # nothing listens there
+        try:
+            first = await f.unary(h.addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
+            second = await f.unary(h.addr, "ModelInfer", _body(), timeout=30, metadata=MD, lane="demo/mlp")
+            return first, second, f._streams.open_streams(), _links(f)
+        finally:
+            await f.close()
+
+    try:
+        first, second, streams, links = _run(go())
+    finally:
+        h.stop()
+    assert pb.ModelInferResponse.FromString(first).outputs and pb.ModelInferResponse.FromString(second).outputs
+    assert (streams, links) == (1, 0) and ends == ["link_unreachable"]
+
+
+def test_the_data_port_closes_what_is_not_a_router_link_and_serves_on(store, tmp_path):
+    """Bytes that are not the link's (no MAGIC), or a message longer than the host takes: hostd closes that
+    connection and keeps answering the others."""
+    import socket
+
+    from ground.framelink import MAGIC
+
+    h = HostdProc(str(store), tmp_path, args=["--preload"], env={"MMHOST_HOSTD_MAX_REQUEST_BYTES": str(1 << 20)})
+    h.transport = "link"
+    try:
+        port = h.status().data_port
+        for junk in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", MAGIC + (64 << 20).to_bytes(4, "little")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(junk)
+                assert s.recv(100) == b""  # closed by the host, nothing answered
+
+        async def go():
+            f = _fwd(h, 64 << 20, streams=1, stream_max_body_bytes=1 << 20)
+            try:
+                return await f.unary(h.addr, "ModelInfer", _body(), timeout=30, metadata=MD), _links(f)
+            finally:
+                await f.close()
+
+        resp, links = _run(go())
+        assert pb.ModelInferResponse.FromString(resp).outputs and links == 1
+    finally:
+        h.stop()
+
+
+def test_a_hostd_with_its_data_port_off_advertises_none(store, tmp_path):
+    h = HostdProc(str(store), tmp_path, env={"MMHOST_HOSTD_DATA_PORT": "-1"})
+    try:
+        assert h.status().data_port == 0
+    finally:
+        h.stop()

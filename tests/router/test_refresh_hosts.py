@@ -16,6 +16,11 @@ from tests.router.fakes import status
 
 
 class _Forwarder:
+    ports: dict[str, int] | None = None
+
+    def set_data_ports(self, ports: dict[str, int]) -> None:
+        self.ports = ports
+
     async def rotate(self) -> None:
         pass
 
@@ -39,14 +44,14 @@ class _Source:
         return {}
 
 
-def _router(redis: bool, groups: dict[str, str] | None = None) -> tuple[Router, _Source]:
+def _router(redis: bool, groups: dict[str, str] | None = None, **settings) -> tuple[Router, _Source]:
     r = Router.__new__(Router)  # only what refresh_hosts reads
     src = _Source()
     r.dispatcher = SimpleNamespace(groups=groups or {})
     r.forwarder, r.source, r.metrics = _Forwarder(), src, RouterMetrics()
     r._aredis = object() if redis else None
     r.cluster, r.local, r.clock = ClusterView(2.0), LocalLoad(), lambda: 0.0
-    r.settings = SimpleNamespace(pending_ttl_s=30.0)
+    r.settings = SimpleNamespace(**{"pending_ttl_s": 30.0, "hostd_data_link": True, "hostd_ca": None, **settings})
     return r, src
 
 
@@ -84,3 +89,21 @@ def test_with_host_groups_each_group_gauge_counts_its_hosts_up():
     asyncio.run(r.refresh_hosts())
     up = {s.labels["group"]: s.value for m in r.metrics.group_hosts_up.collect() for s in m.samples}
     assert up == {"bulk": 2, "gpu-b": 0, "": 1}
+
+
+@pytest.mark.parametrize(("settings", "want"), [
+    ({}, {"h1:1": 9001}),  # h2 advertises none (an older hostd, or one with TLS)
+    ({"hostd_data_link": False}, None),
+    ({"hostd_ca": "ca.pem"}, None),  # TLS to hostds: data links are plaintext, never used
+])
+def test_the_hosts_data_ports_go_to_the_forwarder_only_for_plaintext_links(settings, want):
+    r, src = _router(redis=False, **settings)
+    h1, h2 = status("h1:1", sent=0.0), status("h2:1", sent=0.0)
+    h1.data_port = 9001
+
+    async def read():
+        return {"h1:1": h1, "h2:1": h2}
+
+    src.read = read  # type: ignore[method-assign]
+    asyncio.run(r.refresh_hosts())
+    assert r.forwarder.ports == want

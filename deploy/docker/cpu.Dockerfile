@@ -36,10 +36,12 @@ RUN apt-get update \
 COPY --from=build /opt/mmhost /opt/mmhost
 ENV PATH=/opt/mmhost/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    MMHOST_HOSTD_CACHE_DIR=/var/cache/mmhost
+    MMHOST_HOSTD_CACHE_DIR=/var/cache/mmhost \
+    MMHOST_HOSTD_DATA_PORT=8102
 USER 10001:10001
 WORKDIR /home/mmhost
-# gRPC (v2 / Triton) and Prometheus; the router's ports are set in the Kubernetes manifests.
-EXPOSE 8101 9101
+# gRPC (v2 / Triton), the data link routers use when hostd serves plaintext (a fixed port a container can
+# publish; with TLS none is opened) and Prometheus; the router's ports are set in the Kubernetes manifests.
+EXPOSE 8101 8102 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

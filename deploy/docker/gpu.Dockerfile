@@ -40,10 +40,13 @@ ENV PATH=/opt/mmhost/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     MMHOST_HOSTD_CACHE_DIR=/var/cache/mmhost \
     MMHOST_HOSTD_DEVICE=cuda \
+    MMHOST_HOSTD_DATA_PORT=8102 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /home/mmhost
-EXPOSE 8101 9101
+# gRPC (v2 / Triton), the data link routers use when hostd serves plaintext (a fixed port a container can
+# publish; with TLS none is opened) and Prometheus
+EXPOSE 8101 8102 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

@@ -105,10 +105,14 @@ def test_cpu_image_python_satisfies_requires_python():
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
 def test_exposed_ports_are_hostds_defaults(name, clean_env):
-    """The default CMD is hostd: EXPOSE names its default gRPC and metrics ports (not Triton's 8001)."""
+    """The default CMD is hostd: EXPOSE names its default gRPC and metrics ports (not Triton's 8001), and the
+    fixed data port the image's environment sets (hostd's own default is any free port, which a container
+    could not publish)."""
     from ground.settings import HostdSettings
 
     final = stages(DOCKER / f"{name}.Dockerfile")[-1]
     (expose,) = _args(final, "EXPOSE")
-    s = HostdSettings()
-    assert {int(p) for p in expose.split()} == {int(s.listen.rpartition(":")[2]), s.metrics_port}
+    env = dict(re.findall(r"(MMHOST_HOSTD_DATA_PORT)=(\d+)", " ".join(_args(final, "ENV"))))
+    s = HostdSettings(data_port=int(env["MMHOST_HOSTD_DATA_PORT"]))
+    assert s.data_port > 0
+    assert {int(p) for p in expose.split()} == {int(s.listen.rpartition(":")[2]), s.metrics_port, s.data_port}

@@ -3,8 +3,9 @@ hostd, through the router (its ModelInfer forwards on streams to the hostd, carr
 router/host_streams.py, ground/framelink.py), through the same router with its streams on gRPC ('router grpc',
 hostd_data_link=false), through the same router with one gRPC call per forward ('router unary',
 hostd_streams=0), through the router with its fast lane (fast_lane=haproxy: HAProxy in front, with the router's
-auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through a grpc.aio pass-through with no logic
-(bench/passthrough.py: the floor of any Python gRPC proxy making a call per forward), unary and, as
+auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through
+a grpc.aio pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy making a call per
+forward), unary and, as
 'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does. For each concurrency
 level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
 (from /proc, over the measured window), and the router's CPU per request against hostd's. Targets (issue #13):

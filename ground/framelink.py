@@ -10,17 +10,20 @@ to 445, and the router kept 0.83x of direct throughput against 0.78x (docs/route
 
 Wire: the client first sends MAGIC; then each side sends messages, each a 4-byte little-endian length and that
 many bytes. A message's bytes are exactly what the gRPC stream's message would carry (ForwardedCalls from the
-router, ForwardedAnswers from hostd). The router half-closes (TCP FIN) when it has no more calls; hostd answers
-what is in flight and closes. A length over the reader's limit ends the connection (TooLarge), as gRPC refuses a
-message over its receive limit.
+router, ForwardedAnswers from hostd). When the router has no more calls it sends END (an empty message, which no
+ForwardedCalls ever is) and, in plaintext, half-closes (TCP FIN); hostd answers what is in flight and closes. END
+is how a TLS link ends its calls (TLS has no half-close); a hostd from before END reads it as a message with no
+calls. A length over the reader's limit ends the connection (TooLarge), as gRPC refuses a message over its
+receive limit.
 
-Plaintext only: a hostd with TLS opens no data port, and routers then use gRPC streams with mutual TLS."""
+With TLS to hostds the link runs inside TLS, from the first byte (ground/link_tls.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 MAGIC = b"mmhostd\x01"  # the link's version: a hostd refuses a connection that does not start with it
+END = b""  # the router's last message: no more calls
 _LEN = 4
 
 
@@ -33,8 +36,8 @@ class TooLarge(Exception):
 
 
 async def read_message(reader: asyncio.StreamReader, limit: int) -> bytes | None:
-    """The next message, or None when the peer closed (cleanly, between messages). Raises TooLarge, or
-    asyncio.IncompleteReadError when the connection ends inside a message."""
+    """The next message (END included), or None when the peer closed (cleanly, between messages). Raises
+    TooLarge, or asyncio.IncompleteReadError when the connection ends inside a message."""
     try:
         head = await reader.readexactly(_LEN)
     except asyncio.IncompleteReadError as e:

@@ -89,9 +89,10 @@ class HostdSettings(BaseSettings):
         "its routers; required when tls_cert is unset",
     )
     data_port: int = Field(
-        0, ge=-1, le=65535, description="routers' ModelInfer calls on plain TCP (the data link, ground/framelink.py: "
-        "no gRPC stream per router and model), on listen's host; 0 = any free port, -1 = off. Advertised in the "
-        "host's status. Only with plaintext: a hostd with TLS opens none, and routers use gRPC streams",
+        0, ge=-1, le=65535, description="routers' ModelInfer calls on a TCP connection (the data link, "
+        "ground/framelink.py: no gRPC stream per router and model), on listen's host; 0 = any free port, -1 = off. "
+        "Advertised in the host's status. With tls_cert it serves TLS with the same certificate and, with "
+        "tls_client_ca, the same check of the router's certificate (ground/link_tls.py)",
     )
     tls_without_client_auth: bool = Field(
         False, description="serve TLS (tls_cert) without tls_client_ca: any caller that completes a TLS handshake "
@@ -317,8 +318,8 @@ class RouterSettings(BaseSettings):
         4, ge=0, le=64, description="ModelInfer calls go to each hostd on up to this many streams (HostdData.Infer, "
         "router/host_streams.py: no gRPC call per forward); 0 = one unary call per forward, as a C proxy would")
     hostd_data_link: bool = Field(
-        True, description="a hostd's streams go on its data link (plain TCP, HostStatus.data_port) when it has one "
-        "and the router calls hostds in plaintext; off = gRPC streams (HostdData.Infer) always")
+        True, description="a hostd's streams go on its data link (a TCP connection, HostStatus.data_port) when it "
+        "has one, with mutual TLS when hostd_ca is set; off = gRPC streams (HostdData.Infer) always")
     hostd_stream_max_body_bytes: int = Field(
         256 << 10, ge=0, description="larger ModelInfer requests go as unary calls: one stream's messages are sent "
         "in order, so a big one would hold back the small ones behind it")

@@ -185,6 +185,13 @@ class ClientTLSFiles:
         m = self._files.material
         return grpc.ssl_channel_credentials(root_certificates=m.ca, private_key=m.key, certificate_chain=m.cert)
 
+    @property
+    def paths(self) -> tuple[Path, Path, Path]:
+        """(CA bundle, certificate, key): what the data link's TLS loads (ground/link_tls.py)."""
+        f = self._files
+        assert f.ca_path is not None
+        return f.ca_path, f.cert_path, f.key_path
+
     def credentials(self) -> tuple[grpc.ChannelCredentials, int]:
         if self._files.changed():
             self.generation += 1

@@ -1,13 +1,15 @@
 """hostd's data port: routers' ModelInfer calls as HostdData.Infer messages on plain TCP connections
 (ground/framelink.py), each connection served exactly as a HostdData.Infer stream is (hostd/forwarded.py's
-`serve`: the same data plane, decoding, bounds and answers). Opened only when hostd serves plaintext
-(HostdSettings.data_port; a hostd with TLS has none, and routers call it on gRPC streams); advertised in the
-host's status (HostStatus.data_port), which is how routers find it.
+`serve`: the same data plane, decoding, bounds and answers). HostdSettings.data_port; advertised in the host's
+status (HostStatus.data_port), which is how routers find it. A hostd with TLS serves its links with TLS too
+(ground/link_tls.py): the same certificate, and with mutual TLS the same check of the router's certificate,
+before anything on the connection is read.
 
 A connection that does not start with the link's MAGIC, or sends a message over the limit, or one that cannot
-be read, is closed: nothing on it can be answered (the router fails the calls out on it as a host that went
-away). On stop, the port stops taking connections and the open ones are closed after the drain (hostd's drain
-waits for the requests in flight first)."""
+be read, is closed, and so is one whose TLS handshake fails or whose certificate names no router: nothing on it
+can be answered (the router fails the calls out on it as a host that went away). On stop, the port stops taking
+connections and the open ones are closed after the drain (hostd's drain waits for the requests in flight
+first)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import logging
 
 from grpc import aio
 
+from ground import link_tls
 from ground.framelink import MAGIC, TooLarge, read_message, write_message
 from hostd import forwarded
 from hostd.dataplane import DataPlane
@@ -36,7 +39,7 @@ class _LinkContext:
             log.warning("data link from %s: %s; closing it", self._writer.get_extra_info("peername"), e)
             self._writer.close()
             raise ConnectionAbortedError(str(e)) from None
-        return aio.EOF if message is None else message
+        return aio.EOF if not message else message  # None: closed; b"": END (the router's last message)
 
     async def write(self, message: bytes) -> None:
         write_message(self._writer, message)
@@ -52,8 +55,10 @@ class _LinkContext:
 
 
 class DataPort:
-    def __init__(self, plane: DataPlane, default_tenant: str | None, max_message_bytes: int) -> None:
+    def __init__(self, plane: DataPlane, default_tenant: str | None, max_message_bytes: int,
+                 tls: link_tls.LinkServerTLS | None = None) -> None:
         self._plane, self._default_tenant, self._limit = plane, default_tenant, max_message_bytes
+        self._tls = tls
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
@@ -67,6 +72,8 @@ class DataPort:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
+            if self._tls is not None and not await link_tls.accept(writer, self._tls):
+                return
             try:
                 magic = await reader.readexactly(len(MAGIC))
             except (asyncio.IncompleteReadError, ConnectionError):

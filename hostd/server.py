@@ -34,7 +34,7 @@ from hostd.execution import ExecutionGate
 from hostd import tenants as tenant_limits
 from ground.settings import HeartbeatSettings
 from hostd.heartbeat import Heartbeat
-from ground import tls
+from ground import link_tls, tls
 from ground.interceptors import ErrorInterceptor
 from hostd import forwarded, wire_request
 from hostd.data_port import DataPort
@@ -165,7 +165,7 @@ class Hostd:
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self.port: int | None = None
         self.health_server: aio.Server | None = None  # health_port: plaintext health alone, for kubelet probes
-        self.data_port: DataPort | None = None  # routers' calls on plain TCP (hostd/data_port.py), plaintext only
+        self.data_port: DataPort | None = None  # routers' calls on the data link (hostd/data_port.py)
         self.heartbeat = Heartbeat(self.status, heartbeat) if heartbeat is not None and heartbeat.redis_url else None
 
     def status(self):
@@ -257,8 +257,9 @@ class Hostd:
         self.port = tls.add_port(self.server, s.listen, creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
-        if creds is None and s.data_port >= 0:  # with TLS, routers call on gRPC streams (mutual TLS) instead
-            self.data_port = DataPort(self.servicer.plane, self.servicer.default_tenant, limit)
+        link_security = link_tls.hostd_link_tls(s) if creds is not None and link_tls.SERVER_SUPPORTED else None
+        if s.data_port >= 0 and (creds is None) == (link_security is None):  # never plaintext beside TLS
+            self.data_port = DataPort(self.servicer.plane, self.servicer.default_tenant, limit, link_security)
             try:
                 await self.data_port.start(s.listen.rsplit(":", 1)[0].strip("[]"), s.data_port)
             except OSError as e:

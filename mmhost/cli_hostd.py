@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         tenant_shares: str = setting_option(H, "tenant_shares"),
         tenant_limits: str = setting_option(H, "tenant_limits"),
         host_group: str = setting_option(H, "host_group", help="placement group (routers' host_groups); '' = shared"),
-        data_port: int = setting_option(H, "data_port", help="routers' calls on plain TCP (plaintext only); 0 = any "
+        data_port: int = setting_option(H, "data_port", help="routers' calls on a TCP connection (TLS as gRPC's); 0 = any "
                                         "free port, -1 = off"),
         redis: str = setting_option(HB, "redis_url", "--redis", help="heartbeat to this Redis (routers discover "
                                     "the host)"),

@@ -5,11 +5,14 @@ in, bytes out), so the router never decodes tensors. Forwarder is the dispatcher
 With TLS to hostds (RouterSettings.hostd_ca, ground.tls.router_to_hostd) channels are secure channels that
 present the router's client certificate and verify hostds by name (target_name_options). When the
 certificate files change (rotation), `rotate()` (called on the router's refresh loop) swaps in new channels;
-the old ones close after a grace period, so calls in flight on them finish."""
+the old ones close after a grace period, so calls in flight on them finish. Data links to hostds
+(router/host_streams.py) take the same files (ground/link_tls.py) and are opened again after a rotation."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 import time
 from collections.abc import Callable
 
@@ -17,11 +20,13 @@ from grpc import aio
 
 from ground.wire import SERVICE, TENANT_HEADER
 from protos import hostd_control_pb2 as hc
-from ground.tls import ClientTLSFiles
+from ground import link_tls
+from ground.tls import HOSTD_TLS_NAME, ClientTLSFiles
 from router.host_client import HostError
 from router.host_streams import HostStreams, LinkUnavailable, StreamsUnsupported
 
 __all__ = ["SERVICE", "STATUS_METHOD", "Forwarder"]
+log = logging.getLogger(__name__)
 STATUS_METHOD = "/mmhost.hostd.HostdControl/Status"
 
 
@@ -29,10 +34,11 @@ class Forwarder:
     def __init__(self, max_message_bytes: int, tls: ClientTLSFiles | None = None,
                  tls_options: list[tuple[str, str]] | None = None, rotate_grace_s: float = 30.0,
                  streams: int = 0, stream_max_body_bytes: int = 0,
-                 on_stream_end: Callable[[str], None] | None = None) -> None:
+                 on_stream_end: Callable[[str], None] | None = None, tls_name: str = HOSTD_TLS_NAME) -> None:
         """`streams`: ModelInfer calls go to each host on up to this many streams (router/host_streams.py),
         those with bodies up to `stream_max_body_bytes`; 0: one unary call each. `on_stream_end`: told how each
-        stream that the host ended, or that broke, ended (router/host_streams.py)."""
+        stream that the host ended, or that broke, ended (router/host_streams.py). `tls_name`: the name hostds'
+        certificates carry (data links check it; `tls_options` carries it for gRPC)."""
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.enable_retries", 0)] + list(tls_options or ())
@@ -44,6 +50,9 @@ class Forwarder:
         self._retired: dict[asyncio.Task, aio.Channel] = {}  # old channels closing after a rotation
         self._streams = HostStreams(streams, stream_max_body_bytes, on_end=on_stream_end,
                                     max_message_bytes=max_message_bytes)
+        self._tls_name = tls_name
+        if tls is not None:
+            self._streams.set_tls(link_tls.client_context(*tls.paths), tls_name)
 
     def _channel(self, address: str) -> aio.Channel:
         ch = self._channels.get(address)
@@ -67,6 +76,10 @@ class Forwarder:
         if gen == self._generation:
             return False
         self._creds, self._generation = creds, gen
+        try:
+            self._streams.set_tls(await asyncio.to_thread(link_tls.client_context, *self._tls.paths), self._tls_name)
+        except (OSError, ssl.SSLError) as e:  # changed again since: the next rotation takes it
+            log.warning("data links keep the previous client certificate: %s", e)
         old, self._channels = self._channels, {}
         self._calls.clear()
         self._streams.drop()
@@ -128,7 +141,7 @@ class Forwarder:
 
     def set_data_ports(self, ports: dict[str, int]) -> None:
         """The hosts' data ports (address -> HostStatus.data_port): their streams go on data links
-        (router/host_streams.py). Only for plaintext to hostds: a router with hostd TLS never calls this."""
+        (router/host_streams.py), with TLS when the channels have it."""
         self._streams.set_links(ports)
 
     def sweep(self) -> int:

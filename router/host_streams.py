@@ -31,9 +31,10 @@ called with unary calls, the failed call included, and asked again after a minut
 take the routers first.
 
 A host that advertises a data port (HostStatus.data_port; `set_links`) gets its streams on the data link
-instead (ground/framelink.py: the same messages on a plain TCP connection, with no gRPC call and no
-completion-queue trip per message on either side). A link that cannot be connected to fails its calls
-LinkUnavailable: each goes again on a gRPC stream, and so do that host's next ones for LINK_RETRY_S.
+instead (ground/framelink.py: the same messages on a TCP connection, with no gRPC call and no completion-queue
+trip per message on either side), with mutual TLS when the router has TLS to hostds (`set_tls`:
+ground/link_tls.py; a handshake that fails is a link that cannot be connected to). A link that cannot be
+connected to fails its calls LinkUnavailable: each goes again on a gRPC stream, and so do that host's next ones for LINK_RETRY_S.
 Everything else (matching, deadlines, a broken link as a host that is down, an answer over the limit) is the
 same on both.
 
@@ -46,14 +47,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import grpc
 from grpc import aio
 
 from ground.forwarded import BATCH_BYTES, METHOD, decode_answer, encode_call, frames, join
-from ground.framelink import MAGIC, TooLarge, read_message, write_message
+from ground.framelink import END, MAGIC, TooLarge, read_message, write_message
 from ground.protowire import Malformed
 from ground.wire import reason_of
 from router.host_client import HostError
@@ -78,7 +81,18 @@ class LinkUnavailable(HostError):
 
 
 LINK_RETRY_S = 60.0
-LINK_CONNECT_S = 2.0  # a data link not connected by then is unavailable
+LINK_CONNECT_S = 2.0  # a data link not connected by then (its TLS handshake included) is unavailable
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where a host's data link is, and how to reach it: `tls` and `tls_name` (the name its certificate must
+    carry) with TLS to hostds, else plaintext."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None = None
+    tls_name: str | None = None
 
 
 class _LinkCall:
@@ -86,19 +100,22 @@ class _LinkCall:
     gives the host's messages, `cancel` ends it; `messages` are written as they come, and the end of them
     half-closes the connection."""
 
-    def __init__(self, host: str, port: int, messages, limit: int) -> None:
+    def __init__(self, link: Link, messages, limit: int) -> None:
         loop = asyncio.get_running_loop()
         self._limit = limit
-        self._conn = loop.create_task(self._connect(host, port))
+        self._conn = loop.create_task(self._connect(link))
         self._writer = loop.create_task(self._write(messages))
 
     @staticmethod
-    async def _connect(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(link: Link) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), LINK_CONNECT_S)
-        except (OSError, asyncio.TimeoutError) as e:
-            raise LinkUnavailable(grpc.StatusCode.UNAVAILABLE,
-                                  f"the host's data link {host}:{port} cannot be reached ({e or type(e).__name__})") from None
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(link.host, link.port, ssl=link.tls,
+                                        server_hostname=link.tls_name if link.tls is not None else None),
+                LINK_CONNECT_S)
+        except (OSError, asyncio.TimeoutError) as e:  # ssl.SSLError (a failed handshake) is an OSError
+            raise LinkUnavailable(grpc.StatusCode.UNAVAILABLE, f"the host's data link {link.host}:{link.port} cannot "
+                                  f"be reached ({e or type(e).__name__})") from None
         writer.write(MAGIC)
         return reader, writer
 
@@ -111,7 +128,10 @@ class _LinkCall:
             async for m in messages:
                 write_message(writer, m)
                 await writer.drain()
-            writer.write_eof()  # the host answers what is out, then closes
+            write_message(writer, END)  # the host answers what is out, then closes
+            if writer.can_write_eof():  # not on TLS
+                writer.write_eof()
+            await writer.drain()
         except OSError:
             writer.close()  # the reader sees the end
 
@@ -142,8 +162,8 @@ class _Stream:
     """One HostdData.Infer call: frames written in order from a queue, answers matched to waiting futures."""
 
     def __init__(self, channel: aio.Channel, address: str, on_end: Callable[[str], None] | None = None,
-                 link: tuple[str, int] | None = None, limit: int = 1 << 62) -> None:
-        """`link`: (host, port) of the host's data link to carry it instead of a gRPC stream; `limit`: the
+                 link: Link | None = None, limit: int = 1 << 62) -> None:
+        """`link`: the host's data link, to carry it instead of a gRPC stream; `limit`: the
         largest message taken from a link (a gRPC stream has the channel's)."""
         self.address = address
         self._on_end = on_end  # told "broken", "unsupported" or "link_unreachable" unless it ended by close()
@@ -152,7 +172,7 @@ class _Stream:
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.link = link is not None
         self._call = (channel.stream_stream(METHOD)(self._frames()) if link is None
-                      else _LinkCall(link[0], link[1], self._frames(), limit))
+                      else _LinkCall(link, self._frames(), limit))
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _frames(self):
@@ -264,6 +284,7 @@ class HostStreams:
         self.streams = streams
         self._limit = max_message_bytes
         self._links: dict[str, tuple[str, int]] = {}  # address -> its data link (host, port)
+        self._tls: tuple[ssl.SSLContext, str] | None = None  # (context, the name hostd certificates carry)
         self._link_down: dict[str, float] = {}  # address -> when its data link could not be reached
         self._on_end = on_end
         self.max_body_bytes = max_body_bytes
@@ -293,16 +314,23 @@ class HostStreams:
             self._link_down.pop(a, None)
             self.drop(a)
 
-    def _link(self, address: str) -> tuple[str, int] | None:
-        link = self._links.get(address)
-        if link is None:
+    def set_tls(self, context: ssl.SSLContext, name: str) -> None:
+        """Data links opened from now on go with TLS (`context`), verifying that hosts' certificates carry
+        `name` (after a rotation, the Forwarder drops the streams open)."""
+        self._tls = (context, name)
+
+    def _link(self, address: str) -> Link | None:
+        where = self._links.get(address)
+        if where is None:
             return None
         since = self._link_down.get(address)
         if since is not None:
             if self._clock() - since < LINK_RETRY_S:
                 return None
             del self._link_down[address]
-        return link
+        if self._tls is None:
+            return Link(*where)
+        return Link(where[0], where[1], *self._tls)
 
     def open_streams(self, address: str | None = None) -> int:
         """Streams open (to `address`, or to every host)."""

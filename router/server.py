@@ -76,7 +76,8 @@ class Router:
         ends = self.metrics.hostd_stream_ends
         self.forwarder = Forwarder(s.max_message_bytes, hostd_tls, hostd_options, streams=s.hostd_streams,
                                    stream_max_body_bytes=s.hostd_stream_max_body_bytes,
-                                   on_stream_end=lambda outcome: ends.labels(outcome).inc())
+                                   on_stream_end=lambda outcome: ends.labels(outcome).inc(),
+                                   tls_name=s.hostd_tls_name)
         self.fastlane: FastLane | None = None  # fast_lane=haproxy: made in start(), once the router's own port is known
         self._dropped_read_at = -float("inf")
         if s.fast_lane == "haproxy":
@@ -175,7 +176,7 @@ class Router:
             for group, n in hosts_per_group(eligible, self.dispatcher.groups).items():
                 self.metrics.group_hosts_up.labels(group).set(n)
         self.local.sweep(self.clock(), self.settings.pending_ttl_s)
-        if self.settings.hostd_data_link and self.settings.hostd_ca is None:  # data links are plaintext only
+        if self.settings.hostd_data_link:  # with hostd_ca, links go with the same mutual TLS
             self.forwarder.set_data_ports({a: h.status.data_port for a, h in self.cluster.hosts.items()
                                            if h.status is not None and h.status.data_port})
         self.metrics.hostd_streams.set(self.forwarder.sweep())

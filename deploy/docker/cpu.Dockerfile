@@ -40,8 +40,8 @@ ENV PATH=/opt/mmhost/bin:$PATH \
     MMHOST_HOSTD_DATA_PORT=8102
 USER 10001:10001
 WORKDIR /home/mmhost
-# gRPC (v2 / Triton), the data link routers use when hostd serves plaintext (a fixed port a container can
-# publish; with TLS none is opened) and Prometheus; the router's ports are set in the Kubernetes manifests.
+# gRPC (v2 / Triton), the data link routers use (a fixed port a container can publish; TLS as on gRPC) and
+# Prometheus; the router's ports are set in the Kubernetes manifests.
 EXPOSE 8101 8102 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

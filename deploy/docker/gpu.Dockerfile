@@ -45,8 +45,8 @@ ENV PATH=/opt/mmhost/bin:$PATH \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /home/mmhost
-# gRPC (v2 / Triton), the data link routers use when hostd serves plaintext (a fixed port a container can
-# publish; with TLS none is opened) and Prometheus
+# gRPC (v2 / Triton), the data link routers use (a fixed port a container can publish; TLS as on gRPC) and
+# Prometheus
 EXPOSE 8101 8102 9101
 ENTRYPOINT ["mmhost"]
 CMD ["hostd"]

@@ -170,6 +170,9 @@ def test_ports_probes_and_scrape_targets_match_the_settings(rendered, overlay, c
         probe_port = main.health_port if main.tls_cert else int(grpc_port)
         if main.health_port:
             assert port(c, "health") == main.health_port != int(grpc_port)
+        if role == "hostd":  # the data link has a fixed port of its own, on neither gRPC's nor health's
+            assert port(c, "data") == main.data_port > 0
+            assert main.data_port not in (int(grpc_port), main.health_port, main.metrics_port)
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             if probe not in c:
                 continue

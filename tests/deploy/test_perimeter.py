@@ -69,7 +69,8 @@ def certificates(rendered, overlay) -> dict[str, dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_hostd_admits_only_router_pods_on_grpc_and_prometheus_on_metrics(rendered, overlay, clean_env):
+def test_hostd_admits_only_router_pods_on_grpc_and_the_data_link_and_prometheus_on_metrics(rendered, overlay,
+                                                                                            clean_env):
     hs = settings(rendered, overlay, "hostd", clean_env)["HostdSettings"]
     _, _, c = container(rendered, overlay, "hostd")
     router, hostd = pod_labels(rendered, overlay, "router"), pod_labels(rendered, overlay, "hostd")
@@ -88,7 +89,7 @@ def test_hostd_admits_only_router_pods_on_grpc_and_prometheus_on_metrics(rendere
                 assert selects(peer["podSelector"], router) and not selects(peer["podSelector"], hostd)
                 admitted |= {("router", p) for p in ports}
     grpc_port = int(hs.listen.rpartition(":")[2])
-    assert admitted == {("router", grpc_port), ("monitoring", hs.metrics_port)}
+    assert admitted == {("router", grpc_port), ("router", hs.data_port), ("monitoring", hs.metrics_port)}
     assert grpc_port != 8001, "Triton's port: a Triton client pointed at it must not reach a hostd"
     assert hs.health_port and ("router", hs.health_port) not in admitted
 

@@ -92,11 +92,11 @@ def test_with_host_groups_each_group_gauge_counts_its_hosts_up():
 
 
 @pytest.mark.parametrize(("settings", "want"), [
-    ({}, {"h1:1": 9001}),  # h2 advertises none (an older hostd, or one with TLS)
+    ({}, {"h1:1": 9001}),  # h2 advertises none (an older hostd, or one with TLS on Python 3.10)
     ({"hostd_data_link": False}, None),
-    ({"hostd_ca": "ca.pem"}, None),  # TLS to hostds: data links are plaintext, never used
+    ({"hostd_ca": "ca.pem"}, {"h1:1": 9001}),  # TLS to hostds: the links go with the same mutual TLS
 ])
-def test_the_hosts_data_ports_go_to_the_forwarder_only_for_plaintext_links(settings, want):
+def test_the_hosts_data_ports_go_to_the_forwarder_unless_links_are_off(settings, want):
     r, src = _router(redis=False, **settings)
     h1, h2 = status("h1:1", sent=0.0), status("h2:1", sent=0.0)
     h1.data_port = 9001

@@ -49,8 +49,9 @@ def wait_model_ready(addr: str, model: str, proc: subprocess.Popen, log: Path, t
 
 
 def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None,
-                launcher: tuple[str, ...] = ("-m", "mmhost.cli")) -> tuple[subprocess.Popen, str]:
-    """`launcher`: what runs hostd's CLI (bench/hostd_twin.py wraps it)."""
+                launcher: tuple[str, ...] = ("-m", "mmhost.cli"), health_port: int = 0) -> tuple[subprocess.Popen, str]:
+    """`launcher`: what runs hostd's CLI (bench/hostd_twin.py wraps it). `health_port`: a hostd with TLS (env)
+    is waited for on its plaintext health port."""
     port = free_port()
     addr = f"127.0.0.1:{port}"
     log = open(workdir / f"hostd-{port}.log", "wb")
@@ -60,7 +61,7 @@ def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None,
         # plaintext, and dev mode: benches call hostds directly, without mmhost-tenant (the default tenant)
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **PLAINTEXT_DEV, **(env or {})},
     )
-    wait_serving(addr, proc)
+    wait_serving(f"127.0.0.1:{health_port}" if health_port else addr, proc)
     return proc, addr
 
 
@@ -86,14 +87,15 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def closed_loop(addr: str, model: str, input_name: str, x: np.ndarray, concurrency: int, seconds: float,
-                      warmup_s: float = 0.5, headers: dict | None = None, keep_latencies: bool = False) -> dict:
+                      warmup_s: float = 0.5, headers: dict | None = None, keep_latencies: bool = False,
+                      client_kw: dict | None = None) -> dict:
     """`concurrency` workers each send one request, wait for the answer, repeat. Returns throughput
     (requests/s) and latency percentiles (ms) measured after the warm-up, `n` the requests answered then, and
     `sent` every request sent, warm-up and errors included; with `keep_latencies`, also each request's latency
-    in seconds (`lat`, to pool several runs)."""
+    in seconds (`lat`, to pool several runs). `client_kw`: more InferenceServerClient arguments (TLS)."""
     import tritonclient.grpc.aio as ga
 
-    client = ga.InferenceServerClient(addr)
+    client = ga.InferenceServerClient(addr, **(client_kw or {}))
     inp = ga.InferInput(input_name, list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     lat: list[float] = []

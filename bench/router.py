@@ -59,10 +59,11 @@ def cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
-def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: dict[str, int]) -> dict:
+def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: dict[str, int],
+             client_kw: dict | None = None) -> dict:
     """One closed-loop point with each process's CPU seconds per request over the whole run."""
     before = {n: cpu_s(p) for n, p in pids.items()}
-    r = asyncio.run(closed_loop(addr, "mlp", "input", x, c, seconds, headers=headers))
+    r = asyncio.run(closed_loop(addr, "mlp", "input", x, c, seconds, headers=headers, client_kw=client_kw))
     # every request sent, the warm-up's too: the CPU counted them as well
     r["cpu_us"] = {n: (cpu_s(p) - before[n]) / max(r["sent"], 1) * 1e6 for n, p in pids.items()}
     return r

@@ -1,0 +1,108 @@
+"""The router's cost with mutual TLS to its hostd, in one run: one hostd serving mTLS (as in deploy/), called
+straight with the router's client certificate ('direct'), through a router whose streams ride the hostd's data
+link with TLS ('router': ground/link_tls.py), through the same router with its streams on gRPC ('router grpc',
+hostd_data_link=false) and with one gRPC call per forward ('router unary', hostd_streams=0). Tenants reach the
+routers in plaintext, so only the router-to-hostd leg differs from bench/router.py. Prints throughput kept
+against direct, p50 added and CPU per request of each process (from /proc, over the measured window).
+
+    python -m bench.link_tls [--seconds 4] [--levels 1,32] [--dims 256,3500,3500,10 | --small]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import free_port, start_hostd, stop  # noqa: E402
+from bench.router import measured, start_router  # noqa: E402
+from catalog.publish import publish_version  # noqa: E402
+from catalog.repository import ModelRepository  # noqa: E402
+from ground.tls import HOSTD_TLS_NAME  # noqa: E402
+from ground.wire import TENANT_HEADER  # noqa: E402
+from mmhost.certs import init as make_certs  # noqa: E402
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
+from router.tenants import FileTenants  # noqa: E402
+from storage_adapters.local import LocalStorage  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--levels", default="1,32")
+    ap.add_argument("--dims", default="256,3500,3500,10", help="MLP layer sizes (the reference model by default)")
+    ap.add_argument("--small", action="store_true", help="the small model (MLP 64-256-8)")
+    a = ap.parse_args()
+    levels = [int(c) for c in a.levels.split(",")]
+    dims = (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        pki = make_certs(t / "pki")
+        build_onnx_mlp(t / "mlp.onnx", dims)
+        repo = ModelRepository(LocalStorage(t / "store"))
+        publish_version(repo, onnx_manifest("bench", "mlp", "1", t / "mlp.onnx", "model.onnx"), {"model.onnx": t / "mlp.onnx"})
+        key = FileTenants(t / "tenants.json").create("bench")
+        print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {(t / 'mlp.onnx').stat().st_size / 1e6:.1f} MB; "
+              f"{a.seconds:.0f}s per point; {os.cpu_count()} CPUs; router -> hostd mutual TLS")
+        hp = free_port()
+        (hcert, hkey), ca, (rcert, rkey) = pki["hostd"], pki["ca"][0], pki["router-client"]
+        hostd, haddr = start_hostd(str(t / "store"), t, "--preload", health_port=hp, env={
+            "MMHOST_HOSTD_PLAINTEXT": "false", "MMHOST_HOSTD_DEV_MODE": "false", "MMHOST_HOSTD_TLS_CERT": str(hcert),
+            "MMHOST_HOSTD_TLS_KEY": str(hkey), "MMHOST_HOSTD_TLS_CLIENT_CA": str(ca),
+            "MMHOST_HOSTD_HEALTH_PORT": str(hp)})
+        tls_env = {"MMHOST_ROUTER_HOSTD_CA": str(ca), "MMHOST_ROUTER_HOSTD_CLIENT_CERT": str(rcert),
+                   "MMHOST_ROUTER_HOSTD_CLIENT_KEY": str(rkey)}
+        procs = {
+            "router": start_router(haddr, t / "tenants.json", t / "store", t, env=tls_env),
+            "router grpc": start_router(haddr, t / "tenants.json", t / "store", t,
+                                        env={**tls_env, "MMHOST_ROUTER_HOSTD_DATA_LINK": "false"}),
+            "router unary": start_router(haddr, t / "tenants.json", t / "store", t,
+                                         env={**tls_env, "MMHOST_ROUTER_HOSTD_STREAMS": "0"}),
+        }
+        direct_kw = {"ssl": True, "root_certificates": str(ca), "private_key": str(rkey),
+                     "certificate_chain": str(rcert), "channel_args": [("grpc.ssl_target_name_override", HOSTD_TLS_NAME)]}
+        try:
+            x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
+            rows = []
+            for c in levels:
+                pts = {"direct": measured(haddr, x, c, a.seconds, {TENANT_HEADER: "bench"}, {"hostd": hostd.pid},
+                                          client_kw=direct_kw)}
+                for name, (proc, addr) in procs.items():
+                    pts[name] = measured(addr, x, c, a.seconds, {"authorization": f"Bearer {key}"},
+                                         {"hostd": hostd.pid, "router": proc.pid})
+                rows.append((c, pts))
+            links = {n: _links(proc.pid, haddr, addr) for n, (proc, addr) in procs.items()}
+        finally:
+            for proc, _ in procs.values():
+                stop(proc)
+            stop(hostd)
+    print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
+          f"CPU us/request")
+    for c, pts in rows:
+        d = pts["direct"]
+        for name, r in pts.items():
+            kept = r["rps"] / d["rps"] if d["rps"] else float("nan")
+            cpu = " ".join(f"{n}={us:.0f}" for n, us in r["cpu_us"].items())
+            errs = f" errors={r['errors']}" if r["errors"] else ""
+            print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
+                  f"{r['p50'] - d['p50']:+8.2f} | {cpu}{errs}")
+    print("connections from each router to hostd other than its gRPC port (data links): "
+          + ", ".join(f"{n} {k}" for n, k in links.items()))
+
+
+def _links(pid: int, hostd: str, listen: str) -> int:
+    """A router's open TCP connections to hostd's address on a port other than hostd's gRPC port: its links."""
+    import psutil
+
+    grpc_port, own = int(hostd.rsplit(":", 1)[1]), int(listen.rsplit(":", 1)[1])
+    return sum(1 for k in psutil.Process(pid).net_connections("tcp") if k.raddr and k.status == "ESTABLISHED"
+               and k.laddr.port != own and k.raddr.port != grpc_port)
+
+
+if __name__ == "__main__":
+    main()

@@ -71,6 +71,7 @@ def perimeter(pki, tmp_path_factory):
                           "--refresh-interval", "0.2"], env, health_port=rhp,
                    channel_credentials=tls.channel_credentials(pki / "ca.pem"))
     r.cert_addr = env["MMHOST_ROUTER_TLS_CLIENT_LISTEN"]  # the port that requires tenant certificates
+    r.hostd = h
     yield r, keys
     r.stop()
     h.stop()
@@ -195,15 +196,26 @@ def test_a_rotated_serving_certificate_reaches_new_connections_without_a_restart
     assert r.proc.poll() is None
 
 
+def links(r) -> int:
+    """The router's open connections to its hostd's data link port."""
+    import psutil
+
+    port = r.hostd.status().data_port
+    return sum(1 for k in psutil.Process(r.proc.pid).net_connections("tcp")
+               if k.raddr and k.raddr.port == port and k.status == "ESTABLISHED")
+
+
 def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pki):
     """The router re-reads its client certificate and dials hostds again with it: swapped for one that does
-    not name a router, the hostd refuses the router's calls; swapped back, they pass again."""
+    not name a router, the hostd refuses the router's calls; swapped back, they pass again, on the hostd's
+    data link (mutual TLS) as before the swap."""
     r, keys = perimeter
 
     def infer() -> grpc.StatusCode:
         return code_of(lambda: r.stub.ModelInfer(infer_req(), metadata=auth(keys["demo"]), timeout=30))
 
     assert infer() is C.OK
+    assert r.hostd.status().data_port > 0 and links(r) >= 1, "calls to a mutual-TLS hostd ride its data link"
     good = (pki / "router-client.pem").read_bytes(), (pki / "router-client-key.pem").read_bytes()
     ca = certs.load_ca(pki)
     try:
@@ -214,6 +226,8 @@ def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pk
         certs._write(pki / "router-client-key.pem", good[1], 0o600)
         certs._write(pki / "router-client.pem", good[0], 0o644)
     wait_until(lambda: infer() is C.OK, timeout=30, what="calls served after the swap back")
+    # a link refused by hostd sends that host's calls on gRPC streams for up to a minute (LINK_RETRY_S)
+    wait_until(lambda: infer() is C.OK and links(r) >= 1, timeout=90, what="calls back on the data link")
 
 
 def test_no_certificates_and_no_plaintext_refuses_to_start(tmp_path):

@@ -187,3 +187,20 @@ def test_link_server_tls_reads_a_router_identity_from_a_peer_certificate():
     assert peer is not None and peer.common_name == "mmhost-router"
     assert peer.sans == ("spiffe://x/router", "r.example")
     assert link_tls.peer_of(None) is None and link_tls.peer_of({}) is None
+
+
+def test_a_rotated_hostd_certificate_reaches_new_links_without_a_restart(pki, host):
+    """hostd re-reads its serving certificate at the next link's handshake (as its gRPC port does); the new
+    link, verified against the CA by the hostd's name, is answered. Last here: it leaves the new pair in place."""
+    from mmhost import certs
+    from tests.pki import served_serial
+
+    port = host.status().data_port
+    old = served_serial(port)
+    new = certs.issue(certs.load_ca(pki), tls.HOSTD_TLS_NAME, hosts=[tls.HOSTD_TLS_NAME], uris=[tls.HOSTD_IDENTITY],
+                      server=True, days=2)
+    certs.write_pair(pki, "hostd", new)
+    assert new.cert.serial_number != old and served_serial(port) == new.cert.serial_number
+    got = asyncio.run(_try_link(port, _client_context(pki, "router-client")))
+    assert got is not None and [a.seq for a in hd.ForwardedAnswers.FromString(got).answers] == [1]
+    assert host.proc.poll() is None

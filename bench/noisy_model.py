@@ -168,6 +168,14 @@ def live_probe(addr: str, seconds: float, noisy_h: dict | None) -> dict:
     return r
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
 def light(addr: str, seconds: float, headers: dict) -> dict:
     return asyncio.run(closed_loop(addr, "light", "input", _x(LIGHT_DIMS), 1, seconds, warmup_s=0.5, headers=headers))
 
@@ -221,7 +229,11 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
                 lag0 = loop_lag(lag_port or mport)
+                cpu0, t0 = (_cpu_s(os.getpid()), _cpu_s(hostd.pid)), time.perf_counter()
                 r = light(addr, seconds, light_h)
+                wall = time.perf_counter() - t0
+                # cores used by the light client (this process) and by the first hostd over the light phase
+                r["cores"] = ((_cpu_s(os.getpid()) - cpu0[0]) / wall, (_cpu_s(hostd.pid) - cpu0[1]) / wall)
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
                 rows.append((name, r, stats(host, "light", "acme").minus(before) if before is not None else None, nz))
@@ -364,6 +376,9 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
             print(f"  {name}: light p99 {r['p99'] / alone['p99']:.1f}x alone")
     print("hostd event-loop lag p99 during each light phase (mmhost_event_loop_lag_seconds, linear within its "
           "bucket): " + ", ".join(f"{name} {r['loop_lag_p99']:.1f} ms" for name, r, _, _ in rows if r))
+    print(f"CPU during each light phase, in cores of {os.cpu_count()} (light client, first hostd: in 'groups' phases "
+          "it serves the light model alone, so both are what the light path takes from the noisy one): "
+          + ", ".join(f"{name} {r['cores'][0]:.2f}+{r['cores'][1]:.2f}" for name, r, _, _ in rows if r))
     print("bound = light p99 alone + 1.5 x the noisy model's mean batch compute time alone (hostd's statistics); "
           "kept = noisy requests/s beside the light model / alone; queue ms, run ms = light's mean queue time and "
           "session run time in hostd")

@@ -9,8 +9,6 @@ against direct, p50 added and CPU per request of each process (from /proc, over 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -20,35 +18,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import free_port, start_hostd, stop  # noqa: E402
-from bench.router import measured, start_router  # noqa: E402
-from catalog.publish import publish_version  # noqa: E402
-from catalog.repository import ModelRepository  # noqa: E402
+from bench.router import levels_and_dims, load_args, measured, model_and_tenant, print_table, start_router  # noqa: E402
 from ground.tls import HOSTD_TLS_NAME  # noqa: E402
 from ground.wire import TENANT_HEADER  # noqa: E402
 from mmhost.certs import init as make_certs  # noqa: E402
-from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
-from router.tenants import FileTenants  # noqa: E402
-from storage_adapters.local import LocalStorage  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--levels", default="1,32")
-    ap.add_argument("--dims", default="256,3500,3500,10", help="MLP layer sizes (the reference model by default)")
-    ap.add_argument("--small", action="store_true", help="the small model (MLP 64-256-8)")
-    a = ap.parse_args()
-    levels = [int(c) for c in a.levels.split(",")]
-    dims = (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
+    a = load_args("1,32").parse_args()
+    levels, dims = levels_and_dims(a)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         pki = make_certs(t / "pki")
-        build_onnx_mlp(t / "mlp.onnx", dims)
-        repo = ModelRepository(LocalStorage(t / "store"))
-        publish_version(repo, onnx_manifest("bench", "mlp", "1", t / "mlp.onnx", "model.onnx"), {"model.onnx": t / "mlp.onnx"})
-        key = FileTenants(t / "tenants.json").create("bench")
-        print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {(t / 'mlp.onnx').stat().st_size / 1e6:.1f} MB; "
-              f"{a.seconds:.0f}s per point; {os.cpu_count()} CPUs; router -> hostd mutual TLS")
+        key = model_and_tenant(t, dims, f"{a.seconds:.0f}s per point; router -> hostd mutual TLS")
         hp = free_port()
         (hcert, hkey), ca, (rcert, rkey) = pki["hostd"], pki["ca"][0], pki["router-client"]
         hostd, haddr = start_hostd(str(t / "store"), t, "--preload", health_port=hp, env={
@@ -81,16 +63,7 @@ def main() -> None:
             for proc, _ in procs.values():
                 stop(proc)
             stop(hostd)
-    print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
-          f"CPU us/request")
-    for c, pts in rows:
-        d = pts["direct"]
-        for name, r in pts.items():
-            kept = r["rps"] / d["rps"] if d["rps"] else float("nan")
-            cpu = " ".join(f"{n}={us:.0f}" for n, us in r["cpu_us"].items())
-            errs = f" errors={r['errors']}" if r["errors"] else ""
-            print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
-                  f"{r['p50'] - d['p50']:+8.2f} | {cpu}{errs}")
+    print_table(rows)
     print("connections from each router to hostd other than its gRPC port (data links): "
           + ", ".join(f"{n} {k}" for n, k in links.items()))
 

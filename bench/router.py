@@ -69,25 +69,40 @@ def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: d
     return r
 
 
-def main() -> None:
+def model_and_tenant(t: Path, dims: tuple[int, ...], what: str) -> str:
+    """Build the MLP, publish it as bench/mlp in the store under `t`, print what it is; the tenant's API key."""
+    build_onnx_mlp(t / "mlp.onnx", dims)
+    repo = ModelRepository(LocalStorage(t / "store"))
+    publish_version(repo, onnx_manifest("bench", "mlp", "1", t / "mlp.onnx", "model.onnx"), {"model.onnx": t / "mlp.onnx"})
+    key = FileTenants(t / "tenants.json").create("bench")
+    print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {(t / 'mlp.onnx').stat().st_size / 1e6:.1f} MB; {what}; "
+          f"{os.cpu_count()} CPUs")
+    return key
+
+
+def load_args(levels: str) -> argparse.ArgumentParser:
+    """The load and model flags of bench/router.py and bench/link_tls.py; see `levels_and_dims`."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--levels", default="1,16,32")
+    ap.add_argument("--levels", default=levels)
     ap.add_argument("--dims", default="256,3500,3500,10", help="MLP layer sizes (the reference model by default)")
     ap.add_argument("--small", action="store_true", help="the small model (MLP 64-256-8): CPU per request of the path")
+    return ap
+
+
+def levels_and_dims(a: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
+    return [int(c) for c in a.levels.split(",")], (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
+
+
+def main() -> None:
+    ap = load_args("1,16,32")
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--no-fast-lane", action="store_true", help="leave out the router with fast_lane=haproxy")
     a = ap.parse_args()
-    levels = [int(c) for c in a.levels.split(",")]
-    dims = (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
+    levels, dims = levels_and_dims(a)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        build_onnx_mlp(t / "mlp.onnx", dims)
-        repo = ModelRepository(LocalStorage(t / "store"))
-        publish_version(repo, onnx_manifest("bench", "mlp", "1", t / "mlp.onnx", "model.onnx"), {"model.onnx": t / "mlp.onnx"})
-        key = FileTenants(t / "tenants.json").create("bench")
-        print(f"model: ONNX MLP {'-'.join(map(str, dims))}, {(t / 'mlp.onnx').stat().st_size / 1e6:.1f} MB; "
-              f"{a.seconds:.0f}s per point; {os.cpu_count()} CPUs")
+        key = model_and_tenant(t, dims, f"{a.seconds:.0f}s per point")
         hostd, haddr = start_hostd(str(t / "store"), t, "--preload", "--default-tenant", "bench")
         router, raddr = start_router(haddr, t / "tenants.json", t / "store", t)
         # the same router making one gRPC call per forward (hostd_streams=0), as before router/host_streams.py
@@ -133,18 +148,7 @@ def main() -> None:
             for p in (passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
                 if p is not None:
                     stop(p)
-    print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
-          f"CPU us/request")
-    for c, pts in rows:
-        d = pts["direct"]
-        for name, r in pts.items():
-            kept = r["rps"] / d["rps"] if d["rps"] else float("nan")
-            cpu = " ".join(f"{n}={us:.0f}" for n, us in r["cpu_us"].items())
-            proxy = sum(us for n, us in r["cpu_us"].items() if n != "hostd") if len(r["cpu_us"]) > 1 else None
-            vs = f" (proxy/hostd {proxy / r['cpu_us']['hostd']:.2f}x)" if proxy is not None and r["cpu_us"]["hostd"] else ""
-            errs = f" errors={r['errors']}" if r["errors"] else ""
-            print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
-                  f"{r['p50'] - d['p50']:+8.2f} | {cpu}{vs}{errs}")
+    print_table(rows)
     targets = []
     for path in ("router", "router grpc", "router unary", "fast lane"):
         for c, pts in rows:
@@ -168,6 +172,23 @@ def main() -> None:
                                f"{'holds' if ratio <= 0.35 else 'NOT met'}")
     for line in targets:
         print(line)
+
+
+def print_table(rows: list[tuple[int, dict[str, dict]]]) -> None:
+    """One line per concurrency level and path: throughput and latency, kept and p50 added against 'direct',
+    CPU per request of each process, and the proxy's CPU against hostd's."""
+    print(f"{'conc':>4} | {'path':<12} | {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'kept':>6} {'p50 +ms':>8} | "
+          f"CPU us/request")
+    for c, pts in rows:
+        d = pts["direct"]
+        for name, r in pts.items():
+            kept = r["rps"] / d["rps"] if d["rps"] else float("nan")
+            cpu = " ".join(f"{n}={us:.0f}" for n, us in r["cpu_us"].items())
+            proxy = sum(us for n, us in r["cpu_us"].items() if n != "hostd") if len(r["cpu_us"]) > 1 else None
+            vs = f" (proxy/hostd {proxy / r['cpu_us']['hostd']:.2f}x)" if proxy is not None and r["cpu_us"]["hostd"] else ""
+            errs = f" errors={r['errors']}" if r["errors"] else ""
+            print(f"{c:>4} | {name:<12} | {r['rps']:7.0f} {r['p50']:7.2f} {r['p99']:7.2f} | {kept:5.2f}x "
+                  f"{r['p50'] - d['p50']:+8.2f} | {cpu}{vs}{errs}")
 
 
 def wait_fast_route(addr: str, dims, key: str) -> None:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ground.tls import PathLike, PeerIdentity, _Files, require_identity
+from ground.tls import PathLike, PeerIdentity, _Files, hostd_peer_check
 
 if TYPE_CHECKING:
     from ground.settings import HostdSettings
@@ -80,8 +80,7 @@ def hostd_link_tls(s: HostdSettings) -> LinkServerTLS | None:
     has already refused what is not allowed): None when hostd serves plaintext."""
     if s.tls_cert is None or s.tls_key is None:
         return None
-    check = require_identity(s.tls_client_identity) if s.tls_client_ca is not None else None
-    return LinkServerTLS(s.tls_cert, s.tls_key, s.tls_client_ca, check)
+    return LinkServerTLS(s.tls_cert, s.tls_key, s.tls_client_ca, hostd_peer_check(s))
 
 
 def client_context(ca_path: PathLike, cert_path: PathLike, key_path: PathLike) -> ssl.SSLContext:
@@ -97,7 +96,7 @@ async def accept(writer: asyncio.StreamWriter, tls: LinkServerTLS) -> bool:
     """Upgrade a new connection to TLS and check its peer; False (the caller closes it) when the handshake
     fails or the peer is not allowed."""
     peer = writer.get_extra_info("peername")
-    if sys.version_info < (3, 11):  # hostd_link_tls gave no TLS, so no data port was opened
+    if sys.version_info < (3, 11):  # not SERVER_SUPPORTED: hostd opened no data port (spelled out for mypy)
         return False
     try:
         await writer.start_tls(tls.context(), ssl_handshake_timeout=HANDSHAKE_S)

@@ -334,12 +334,17 @@ def hostd_credentials(s: HostdSettings) -> grpc.ServerCredentials | None:
                               require_client_cert=s.tls_client_ca is not None)
 
 
+def hostd_peer_check(s: HostdSettings) -> Callable[[PeerIdentity | None], bool] | None:
+    """Who may call a hostd, on its gRPC port and its data link alike: with mutual TLS, a certificate naming
+    tls_client_identity (a router); None (anyone who reaches it) without tls_client_ca."""
+    return require_identity(s.tls_client_identity) if s.tls_client_ca is not None else None
+
+
 def hostd_interceptors(s: HostdSettings) -> list[aio.ServerInterceptor]:
     """Put first in hostd's interceptors: with mutual TLS, calls whose certificate does not name
     tls_client_identity (a router) are refused before any handler reads mmhost-tenant."""
-    if s.tls_client_ca is None:
-        return []
-    return [PeerCheckInterceptor(require_identity(s.tls_client_identity))]
+    check = hostd_peer_check(s)
+    return [] if check is None else [PeerCheckInterceptor(check)]
 
 
 def router_credentials(s: RouterSettings) -> grpc.ServerCredentials | None:

@@ -257,9 +257,11 @@ class Hostd:
         self.port = tls.add_port(self.server, s.listen, creds)
         if self.port == 0:
             raise SystemExit(f"cannot listen on {s.listen}")
-        link_security = link_tls.hostd_link_tls(s) if creds is not None and link_tls.SERVER_SUPPORTED else None
-        if s.data_port >= 0 and (creds is None) == (link_security is None):  # never plaintext beside TLS
-            self.data_port = DataPort(self.servicer.plane, self.servicer.default_tenant, limit, link_security)
+        # the link serves the gRPC port's TLS (ground/link_tls.py: None exactly when creds is), which takes
+        # Python 3.11; without it a TLS hostd opens no link rather than a plaintext one
+        if s.data_port >= 0 and (creds is None or link_tls.SERVER_SUPPORTED):
+            self.data_port = DataPort(self.servicer.plane, self.servicer.default_tenant, limit,
+                                      link_tls.hostd_link_tls(s))
             try:
                 await self.data_port.start(s.listen.rsplit(":", 1)[0].strip("[]"), s.data_port)
             except OSError as e:

@@ -6,7 +6,9 @@ hostd_streams=0), through the router with its fast lane (fast_lane=haproxy: HAPr
 auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through
 a grpc.aio pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy making a call per
 forward), unary and, as
-'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does. For each concurrency
+'pass+read', reading the body in a stream-unary handler as the router's ModelInfer does; and 'echo', a
+grpc.aio server that answers every ModelInfer at once with an empty answer (bench/passthrough.py --echo: no
+model, no upstream), the CPU per request of answering a call at all in Python. For each concurrency
 level it prints throughput kept against direct, p50 added, and CPU per request of every process on the path
 (from /proc, over the measured window), and the router's CPU per request against hostd's. Targets (issue #13):
 kept >= 0.8x at c32, p50 added <= +0.8 ms at c1, router CPU per request <= 0.35x hostd's (small model, c16).
@@ -122,6 +124,9 @@ def main() -> None:
         passread = subprocess.Popen([sys.executable, "-m", "bench.passthrough", saddr, haddr, "--read-in-handler"],
                                     cwd=ROOT)
         wait_serving(saddr, passread)
+        eaddr = f"127.0.0.1:{free_port()}"  # the floor of any Python gRPC front end: answers, does nothing
+        echo = subprocess.Popen([sys.executable, "-m", "bench.passthrough", eaddr, haddr, "--echo"], cwd=ROOT)
+        wait_serving(eaddr, echo)
         nginx = None
         if not a.no_nginx:
             naddr = f"127.0.0.1:{free_port()}"
@@ -143,9 +148,10 @@ def main() -> None:
                     pts["nginx"] = measured(naddr, x, c, a.seconds, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)})
                 pts["passthrough"] = measured(paddr, x, c, a.seconds, None, {"hostd": hostd.pid, "passthrough": passthru.pid})
                 pts["pass+read"] = measured(saddr, x, c, a.seconds, None, {"hostd": hostd.pid, "pass+read": passread.pid})
+                pts["echo"] = measured(eaddr, x, c, a.seconds, None, {"echo": echo.pid})
                 rows.append((c, pts))
         finally:
-            for p in (passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
+            for p in (echo, passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
                 if p is not None:
                     stop(p)
     print_table(rows)
@@ -170,6 +176,12 @@ def main() -> None:
                 ratio = proxy / r["cpu_us"]["hostd"]
                 targets.append(f"c16 {path} CPU/request {ratio:.2f}x hostd's (target <= 0.35x): "
                                f"{'holds' if ratio <= 0.35 else 'NOT met'}")
+    for c, pts in rows:
+        if c == 16 and a.small:  # against hostd's CPU per request behind the router (on its data link)
+            echo_us, hostd_us = pts["echo"]["cpu_us"]["echo"], pts["router"]["cpu_us"]["hostd"]
+            targets.append(f"c16 grpc.aio echo (answers, does nothing) {echo_us:.0f} us/request = "
+                           f"{echo_us / hostd_us:.2f}x hostd's behind the router: the floor of a Python gRPC front end "
+                           f"against the 0.35x target")
     for line in targets:
         print(line)
 

@@ -18,7 +18,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import free_port, start_hostd, stop  # noqa: E402
-from bench.router import levels_and_dims, load_args, measured, model_and_tenant, print_table, start_router  # noqa: E402
+from bench.router import (levels_and_dims, load_args, measure_rounds, measured, model_and_tenant, print_table,  # noqa: E402
+                          start_router)
 from ground.tls import HOSTD_TLS_NAME  # noqa: E402
 from ground.wire import TENANT_HEADER  # noqa: E402
 from mmhost.certs import init as make_certs  # noqa: E402
@@ -50,14 +51,12 @@ def main() -> None:
                      "certificate_chain": str(rcert), "channel_args": [("grpc.ssl_target_name_override", HOSTD_TLS_NAME)]}
         try:
             x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
-            rows = []
-            for c in levels:
-                pts = {"direct": measured(haddr, x, c, a.seconds, {TENANT_HEADER: "bench"}, {"hostd": hostd.pid},
-                                          client_kw=direct_kw)}
-                for name, (proc, addr) in procs.items():
-                    pts[name] = measured(addr, x, c, a.seconds, {"authorization": f"Bearer {key}"},
-                                         {"hostd": hostd.pid, "router": proc.pid})
-                rows.append((c, pts))
+            paths = [(name, addr, {"authorization": f"Bearer {key}"}, {"hostd": hostd.pid, "router": proc.pid})
+                     for name, (proc, addr) in procs.items()]
+            rows = measure_rounds(a, levels, paths,
+                                  lambda c: measured(haddr, x, c, a.seconds, {TENANT_HEADER: "bench"},
+                                                     {"hostd": hostd.pid}, client_kw=direct_kw),
+                                  lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
             links = {n: _links(proc.pid, haddr, addr) for n, (proc, addr) in procs.items()}
         finally:
             for proc, _ in procs.values():

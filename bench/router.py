@@ -89,7 +89,23 @@ def load_args(levels: str) -> argparse.ArgumentParser:
     ap.add_argument("--levels", default=levels)
     ap.add_argument("--dims", default="256,3500,3500,10", help="MLP layer sizes (the reference model by default)")
     ap.add_argument("--small", action="store_true", help="the small model (MLP 64-256-8): CPU per request of the path")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of every level; odd rounds measure the paths in reverse order (direct stays first)")
     return ap
+
+
+def measure_rounds(a: argparse.Namespace, levels: list[int], paths: list, direct, one) -> list[tuple[int, dict]]:
+    """Rows (level, {path: point}) over `a.rounds` rounds: each level's 'direct' point first (`direct(c)`), then
+    every path (`one(addr, c, headers, pids)` for paths' (name, addr, headers, pids)), in order on even rounds
+    and in reverse on odd ones, so that no path always runs right after direct or last; printed in `paths`' order."""
+    rows = []
+    for rnd in range(a.rounds):
+        for c in levels:
+            got = {"direct": direct(c)}
+            for name, addr, headers, pids in (paths if rnd % 2 == 0 else paths[::-1]):
+                got[name] = one(addr, c, headers, pids)
+            rows.append((c, {"direct": got["direct"], **{name: got[name] for name, *_ in paths}}))
+    return rows
 
 
 def levels_and_dims(a: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
@@ -135,21 +151,19 @@ def main() -> None:
         headers = {"authorization": f"Bearer {key}"}
         try:
             x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
-            rows = []
-            for c in levels:
-                pts = {"direct": measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid})}
-                pts["router"] = measured(raddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": router.pid})
-                pts["router grpc"] = measured(gaddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": ongrpc.pid})
-                pts["router unary"] = measured(uaddr, x, c, a.seconds, headers, {"hostd": hostd.pid, "router": unary.pid})
-                if fast is not None:
-                    pts["fast lane"] = measured(faddr, x, c, a.seconds, headers,
-                                                {"hostd": hostd.pid, "router": fast.pid, "haproxy": fast_pid})
-                if nginx is not None:
-                    pts["nginx"] = measured(naddr, x, c, a.seconds, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)})
-                pts["passthrough"] = measured(paddr, x, c, a.seconds, None, {"hostd": hostd.pid, "passthrough": passthru.pid})
-                pts["pass+read"] = measured(saddr, x, c, a.seconds, None, {"hostd": hostd.pid, "pass+read": passread.pid})
-                pts["echo"] = measured(eaddr, x, c, a.seconds, None, {"echo": echo.pid})
-                rows.append((c, pts))
+            paths: list[tuple[str, str, dict | None, dict[str, int]]] = [
+                ("router", raddr, headers, {"hostd": hostd.pid, "router": router.pid}),
+                ("router grpc", gaddr, headers, {"hostd": hostd.pid, "router": ongrpc.pid}),
+                ("router unary", uaddr, headers, {"hostd": hostd.pid, "router": unary.pid})]
+            if fast is not None:
+                paths.append(("fast lane", faddr, headers, {"hostd": hostd.pid, "router": fast.pid, "haproxy": fast_pid}))
+            if nginx is not None:
+                paths.append(("nginx", naddr, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)}))
+            paths += [("passthrough", paddr, None, {"hostd": hostd.pid, "passthrough": passthru.pid}),
+                      ("pass+read", saddr, None, {"hostd": hostd.pid, "pass+read": passread.pid}),
+                      ("echo", eaddr, None, {"echo": echo.pid})]
+            rows = measure_rounds(a, levels, paths, lambda c: measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid}),
+                                  lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
         finally:
             for p in (echo, passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
                 if p is not None:

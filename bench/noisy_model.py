@@ -10,7 +10,9 @@ model of its own tenant; light beside the noisy model of another tenant; the lig
 process of its own (bench/plain_server.py) alone and beside the noisy model on hostd (the cores' floor;
 --no-floor skips it); with --same-process S, the light model on a loop of its own inside a second hostd's
 process (bench/hostd_twin.py); through the router: light alone, noisy alone, light beside the unlimited noisy
-tenant; with --groups, the same again with both noisy models on a second hostd of host group "bulk" and the
+tenant; with --passthrough, light alone, noisy alone and light beside noisy (one tenant: no metadata passes)
+through bench/passthrough.py, a grpc.aio proxy with no logic (the floor of any single-loop Python proxy);
+with --groups, the same again with both noisy models on a second hostd of host group "bulk" and the
 light model on the first (router/host_groups.py): direct, through the router, and through its fast lane.
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
@@ -199,7 +201,7 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str,
 
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
-        groups: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        groups: bool = False, passthrough: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
     from router.tenants import FileTenants
 
@@ -279,6 +281,17 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                     phase(tag + "beside noisy", taddr, {}, direct["other"], noisy_addr=thost, in_hostd=False, lag_port=tm)
                 finally:
                     stop(twin_hostd)
+            if passthrough:  # a Python proxy with no logic, one loop for both clients: the floor of the router's lane
+                paddr = f"127.0.0.1:{free_port()}"
+                passthru = subprocess.Popen([sys.executable, "-m", "bench.passthrough", paddr, host], cwd=ROOT)
+                try:
+                    wait_serving(paddr, passthru)
+                    light(paddr, 1.0, {})  # no metadata passes: both are hostd's default tenant, acme
+                    phase("pass-through: light alone", paddr, {}, None)
+                    noisy_alone("pass-through: noisy alone", paddr, {}, "acme")
+                    phase("pass-through: beside noisy, same tenant", paddr, {}, {})
+                finally:
+                    stop(passthru)
             via = {t: {"authorization": f"Bearer {k}"} for t, k in keys.items()}
             if groups:  # host groups: the noisy models on a second hostd of group "bulk" (router/host_groups.py)
                 group_phases(work, store, tenants, host, hostd_args, direct, via, phase, noisy_alone,
@@ -412,11 +425,13 @@ def main() -> None:
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
     ap.add_argument("--groups", action="store_true", help="also the phases with the noisy models on a second hostd of "
                     "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
+    ap.add_argument("--passthrough", action="store_true", help="also the phases through bench/passthrough.py, a "
+                    "grpc.aio proxy with no logic carrying both clients on one event loop, as the router does")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
-               tuple(args.same_process), args.groups)
+               tuple(args.same_process), args.groups, args.passthrough)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

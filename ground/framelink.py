@@ -8,13 +8,14 @@ turn). Measured with `bench/router.py` (50 MB MLP, concurrency 32, 2 cores): the
 13% of the router's samples; on this link the router's CPU per request fell from 326 to 288 us, hostd's from 503
 to 445, and the router kept 0.83x of direct throughput against 0.78x (docs/router-streams.md).
 
-Wire: the client first sends MAGIC; then each side sends messages, each a 4-byte little-endian length and that
-many bytes. A message's bytes are exactly what the gRPC stream's message would carry (ForwardedCalls from the
-router, ForwardedAnswers from hostd). When the router has no more calls it sends END (an empty message, which no
-ForwardedCalls ever is) and, in plaintext, half-closes (TCP FIN); hostd answers what is in flight and closes. END
-is how a TLS link ends its calls (TLS has no half-close); a hostd from before END reads it as a message with no
-calls. A length over the reader's limit ends the connection (TooLarge), as gRPC refuses a message over its
-receive limit.
+Wire: the client first sends MAGIC, within OPEN_S of connecting (or of its TLS handshake), as gRPC servers
+bound the HTTP/2 preface: a connection that sends nothing is closed rather than held. Then each side sends
+messages, each a 4-byte little-endian length and that many bytes. A message's bytes are exactly what the gRPC
+stream's message would carry (ForwardedCalls from the router, ForwardedAnswers from hostd). When the router has
+no more calls it sends END (an empty message, which no ForwardedCalls ever is) and, in plaintext, half-closes
+(TCP FIN); hostd answers what is in flight and closes. END is how a TLS link ends its calls (TLS has no
+half-close); a hostd from before END reads it as a message with no calls. A length over the reader's limit
+ends the connection (TooLarge), as gRPC refuses a message over its receive limit.
 
 With TLS to hostds the link runs inside TLS, from the first byte (ground/link_tls.py)."""
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 
 MAGIC = b"mmhostd\x01"  # the link's version: a hostd refuses a connection that does not start with it
+OPEN_S = 10.0  # a connection that has not sent MAGIC by then (after its TLS handshake, if any) is closed
 END = b""  # the router's last message: no more calls
 _LEN = 4
 

@@ -5,7 +5,7 @@ status (HostStatus.data_port), which is how routers find it. A hostd with TLS se
 (ground/link_tls.py): the same certificate, and with mutual TLS the same check of the router's certificate,
 before anything on the connection is read.
 
-A connection that does not start with the link's MAGIC, or sends a message over the limit, or one that cannot
+A connection that does not start with the link's MAGIC within framelink.OPEN_S, or sends a message over the limit, or one that cannot
 be read, is closed, and so is one whose TLS handshake fails or whose certificate names no router: nothing on it
 can be answered (the router fails the calls out on it as a host that went away). On stop, the port stops taking
 connections and the open ones are closed after the drain (hostd's drain waits for the requests in flight
@@ -19,7 +19,7 @@ import logging
 from grpc import aio
 
 from ground import link_tls
-from ground.framelink import MAGIC, TooLarge, read_message, write_message
+from ground.framelink import MAGIC, OPEN_S, TooLarge, read_message, write_message
 from hostd import forwarded
 from hostd.dataplane import DataPlane
 
@@ -56,9 +56,9 @@ class _LinkContext:
 
 class DataPort:
     def __init__(self, plane: DataPlane, default_tenant: str | None, max_message_bytes: int,
-                 tls: link_tls.LinkServerTLS | None = None) -> None:
+                 tls: link_tls.LinkServerTLS | None = None, open_s: float = OPEN_S) -> None:
         self._plane, self._default_tenant, self._limit = plane, default_tenant, max_message_bytes
-        self._tls = tls
+        self._tls, self._open_s = tls, open_s
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
@@ -75,8 +75,12 @@ class DataPort:
             if self._tls is not None and not await link_tls.accept(writer, self._tls):
                 return
             try:
-                magic = await reader.readexactly(len(MAGIC))
+                magic = await asyncio.wait_for(reader.readexactly(len(MAGIC)), self._open_s)
             except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            except asyncio.TimeoutError:
+                log.warning("data link from %s: no link header within %g s; closing it",
+                            writer.get_extra_info("peername"), self._open_s)
                 return
             if magic != MAGIC:
                 log.warning("data link from %s: not a router's data link; closing it", writer.get_extra_info("peername"))

@@ -3,7 +3,9 @@ an HTTP health check pointed at the metrics port by mistake (`/v2/health/ready`)
 
 One small threaded HTTP server per process, started by the composition root (`serve_metrics`) and stopped
 by it (`MetricsServer.close`); scrapes run in its own threads, off the asyncio event loop. A port in use
-raises OSError (EADDRINUSE) from `serve_metrics`, before anything else starts."""
+raises OSError (EADDRINUSE) from `serve_metrics`, before anything else starts. A connection that sends no
+request within READ_S (or goes quiet in the middle of one) is closed: http.server waits forever by default,
+so each silent connection (a TCP probe, a stuck scraper, a slowloris) held a thread for good."""
 
 from __future__ import annotations
 
@@ -14,10 +16,13 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 PATHS = ("/metrics", "/metrics/")
+READ_S = 10.0  # a connection's socket timeout: a scrape's request arrives at once, Prometheus's timeout is 10 s
 
 
-def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+def _handler(registry: CollectorRegistry, read_s: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = read_s  # StreamRequestHandler sets it on the socket: a silent connection ends in TimeoutError
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             if path not in PATHS:
@@ -62,10 +67,10 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> MetricsServer:
+def serve_metrics(host: str, port: int, registry: CollectorRegistry, read_s: float = READ_S) -> MetricsServer:
     """Start serving `registry` on http://host:port/metrics (port 0 = any free port, see `.port`)."""
     try:
-        server = _Server((host, port), _handler(registry))
+        server = _Server((host, port), _handler(registry, read_s))
     except OSError as e:  # name the address: "[Errno 98] Address already in use: 'metrics 127.0.0.1:9101'"
         raise OSError(e.errno, e.strerror, f"metrics {host}:{port}") from None
     thread = threading.Thread(target=server.serve_forever, name=f"metrics-http-{port}", daemon=True)

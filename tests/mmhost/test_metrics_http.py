@@ -1,5 +1,6 @@
 """The Prometheus port of a real hostd and router: Triton's nv_inference_* series (after an inference) and the
-process_* series on /metrics, and 404 for every other path (an HTTP health check pointed there must fail)."""
+process_* series on /metrics, and 404 for every other path (an HTTP health check pointed there must fail); a
+connection that sends no request, or stops halfway through one, is closed rather than holding a thread."""
 
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ def test_metrics_port_serves_metrics_only():
         assert get(srv.port, "/metrics")[0] == 200
         for path in ("/", "/v2/health/ready", "/v2/health/live", "/metricsx"):
             assert get(srv.port, path)[0] == 404, path
+    finally:
+        srv.close()
+
+
+def test_a_silent_or_stalled_connection_is_closed_and_scrapes_go_on():
+    import socket
+
+    srv = serve_metrics("127.0.0.1", 0, CollectorRegistry(), read_s=0.3)
+    try:
+        for sent in (b"", b"GET /metr"):
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+                s.sendall(sent)
+                assert s.recv(100) == b""  # closed by the server after read_s, nothing answered
+                assert get(srv.port, "/metrics")[0] == 200
     finally:
         srv.close()
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ground.tls import PathLike, PeerIdentity, _Files, hostd_peer_check
+from ground.tls import PathLike, PeerIdentity, TLSFiles, hostd_peer_check
 
 if TYPE_CHECKING:
     from ground.settings import HostdSettings
@@ -41,7 +41,7 @@ def peer_of(cert: dict[str, Any] | None) -> PeerIdentity | None:
     return PeerIdentity(common_name=cn, sans=sans)
 
 
-def _server_context(files: _Files) -> ssl.SSLContext:
+def _server_context(files: TLSFiles) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(files.cert_path, files.key_path)
@@ -57,7 +57,7 @@ class LinkServerTLS:
 
     def __init__(self, cert_path: PathLike, key_path: PathLike, client_ca_path: PathLike | None = None,
                  check: Callable[[PeerIdentity | None], bool] | None = None) -> None:
-        self._files = _Files(cert_path, key_path, client_ca_path)  # raises at start, as gRPC's credentials do
+        self._files = TLSFiles(cert_path, key_path, client_ca_path)  # raises at start, as gRPC's credentials do
         self._context = _server_context(self._files)
         self._check = check
 

@@ -87,7 +87,7 @@ class _Material:
     ca: bytes | None
 
 
-class _Files:
+class TLSFiles:
     """A certificate, its key and optionally a CA bundle, re-read when any of them changes on disk."""
 
     def __init__(self, cert_path: PathLike, key_path: PathLike, ca_path: PathLike | None = None) -> None:
@@ -138,7 +138,7 @@ def server_credentials(cert_path: PathLike, key_path: PathLike, client_ca_path: 
     without one (or with one the CA did not sign) fails the handshake."""
     if require_client_cert and client_ca_path is None:
         raise ValueError("require_client_cert needs client_ca_path")
-    files = _Files(cert_path, key_path, client_ca_path)
+    files = TLSFiles(cert_path, key_path, client_ca_path)
 
     def config() -> Any:
         m = files.material
@@ -166,7 +166,7 @@ def channel_credentials(ca_path: PathLike, cert_path: PathLike | None = None,
     if cert_path is None:
         return grpc.ssl_channel_credentials(root_certificates=Path(ca_path).read_bytes())
     assert key_path is not None
-    m = _Files(cert_path, key_path, ca_path).material
+    m = TLSFiles(cert_path, key_path, ca_path).material
     return grpc.ssl_channel_credentials(root_certificates=m.ca, private_key=m.key, certificate_chain=m.cert)
 
 
@@ -177,7 +177,7 @@ class ClientTLSFiles:
     reconnects). Call it when building a channel, or periodically."""
 
     def __init__(self, ca_path: PathLike, cert_path: PathLike, key_path: PathLike) -> None:
-        self._files = _Files(cert_path, key_path, ca_path)
+        self._files = TLSFiles(cert_path, key_path, ca_path)
         self.generation = 0
         self._creds = self._build()
 

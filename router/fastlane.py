@@ -16,7 +16,10 @@ HAProxy's health checks (TCP, every fast_lane_check_interval_s) and a request wh
 retried on another up host; the router's deadline-feasibility check and per-router byte budget are not
 applied (the body is at most fast_lane_buffer_bytes, held by HAProxy, bounded by its maxconn). TLS: HAProxy
 terminates the tenants' TLS (tls_cert/tls_key) and calls hostds with the router's client certificate
-(hostd_ca, hostd_client_cert/key), verifying hostd_tls_name.
+(hostd_ca, hostd_client_cert/key), verifying hostd_tls_name. Rotated certificate files reach HAProxy at the
+router's next refresh (`refresh_tls`: the runtime API's `set/commit ssl cert` and `ssl ca-file`), without a
+restart, as they reach the Python lane; a rotation caught half-way (a key that does not match its certificate)
+waits for the next refresh, as ground/tls.py's watchers do.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ipaddress import ip_address
 from pathlib import Path
 
+from ground.tls import TLSFiles
 from router.fastlane_config import (FastLaneConfig, FastRecord, batches, map_commands, parse_log_line, render_config,
                                     route_table, slot_commands, slot_name)
 from router.placement_policy import HostView
@@ -49,6 +53,16 @@ LOG_RCVBUF = 4 << 20  # log lines waiting for the reader; past it HAProxy drops 
 
 class FastLaneError(RuntimeError):
     pass
+
+
+class _Watched:
+    """Certificate files HAProxy holds, as the router reads them (`files`), and where HAProxy has them: `pem`,
+    the certificate and its key in one file of the private directory; `ca`, the CA bundle's path in
+    HAProxy's configuration (None: no CA)."""
+
+    def __init__(self, files: TLSFiles, pem: str, ca: str | None = None) -> None:
+        self.files, self.pem, self.ca = files, pem, ca
+        self.pending = False  # read, but not yet taken by HAProxy: sent again at the next refresh
 
 
 def haproxy_binary(configured: str = "") -> str:
@@ -66,8 +80,8 @@ class FastLane:
                  on_records: Callable[[list[FastRecord]], None]) -> None:
         """`listen_tls`: (certificate, key) tenants see on `listen`; `hostd_tls`: (CA, client certificate,
         client key, the name hostd certificates carry) for mutual TLS to hostds. HAProxy wants a certificate
-        and its key in one file: both are copied into the private directory (0600), once, at start (a rotated
-        certificate reaches HAProxy when the router restarts)."""
+        and its key in one file: both are copied into the private directory (0600), at start and again whenever
+        the files change (`refresh_tls`: HAProxy takes them through its runtime API, without a restart)."""
         self.binary = haproxy_binary(binary)
         # HAProxy's log lines: UDP on loopback, not a unix datagram socket, whose queue is capped at
         # net.unix.max_dgram_qlen datagrams (10 on this kind of machine: lines were lost at 400 requests/s)
@@ -76,9 +90,16 @@ class FastLane:
         self._log_sock.bind(("127.0.0.1", 0))
         log_target = f"127.0.0.1:{self._log_sock.getsockname()[1]}"
         self.dir = Path(tempfile.mkdtemp(prefix="mmhost-fastlane-"))  # 0700: the admin socket lives here
-        listen_pem = self._pem("listen.pem", *listen_tls) if listen_tls else ""
-        upstream = (hostd_tls[0], self._pem("hostd-client.pem", hostd_tls[1], hostd_tls[2]), hostd_tls[3]) \
-            if hostd_tls else None
+        self._watched: list[_Watched] = []  # raises at start on files that cannot be used, as the Python lane does
+        if listen_tls:
+            self._watched.append(_Watched(TLSFiles(*listen_tls), str(self.dir / "listen.pem")))
+        if hostd_tls:
+            self._watched.append(_Watched(TLSFiles(hostd_tls[1], hostd_tls[2], hostd_tls[0]),
+                                          str(self.dir / "hostd-client.pem"), hostd_tls[0]))
+        for w in self._watched:
+            self._write_pem(w)
+        listen_pem = self._watched[0].pem if listen_tls else ""
+        upstream = (hostd_tls[0], self._watched[-1].pem, hostd_tls[3]) if hostd_tls else None
         self.cfg = FastLaneConfig(listen=listen, router=router, admin_socket=str(self.dir / "admin.sock"),
                                   log_target=log_target,
                                   keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
@@ -91,12 +112,44 @@ class FastLane:
         self._lock = asyncio.Lock()
         self._reset_applied()
 
-    def _pem(self, name: str, cert: str, key: str) -> str:
-        path = self.dir / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    @staticmethod
+    def _pem_text(w: _Watched) -> str:
+        """The certificate (chain) and its key as one PEM text with no blank line: the runtime API ends a
+        payload at the first blank line."""
+        m = w.files.material
+        return _no_blank_lines(m.cert.decode() + "\n" + m.key.decode())
+
+    def _write_pem(self, w: _Watched) -> None:
+        """The file HAProxy's configuration names (a restarted HAProxy reads it), owner-only."""
+        fd = os.open(w.pem, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(Path(cert).read_text().rstrip("\n") + "\n" + Path(key).read_text())
-        return str(path)
+            f.write(self._pem_text(w) + "\n")
+
+    async def refresh_tls(self) -> list[str]:
+        """Give HAProxy the certificate files that changed since it last took them: each is written to its file
+        (for a restart) and sent through the runtime API (`set ssl cert` and `commit ssl cert`; the CA bundle with
+        `set ssl ca-file` and `commit ssl ca-file`), so new connections use it; connections already open keep
+        their session. Returns the files HAProxy took. FastLaneError when HAProxy refused one: it keeps serving
+        the previous certificate, and the files are sent again at the next refresh."""
+        took: list[str] = []
+        for w in self._watched:
+            if not (await asyncio.to_thread(w.files.changed) or w.pending):
+                continue
+            w.pending = True
+            self._write_pem(w)
+            payloads = [("cert", w.pem, self._pem_text(w))]
+            if w.ca is not None and w.files.material.ca is not None:
+                payloads.append(("ca-file", w.ca, _no_blank_lines(w.files.material.ca.decode())))
+            async with self._lock:
+                for kind, path, text in payloads:
+                    answer = await self.command(f"set ssl {kind} {path} <<\n{text}\n")
+                    answer += await self.command(f"commit ssl {kind} {path}")
+                    if "Success" not in answer:
+                        raise FastLaneError(f"HAProxy did not take {path}: {' '.join(answer.split())[:500]}")
+                    took.append(path)
+            w.pending = False
+            log.info("fast lane: HAProxy took the rotated certificate from %s", w.files.cert_path)
+        return took
 
     def _reset_applied(self) -> None:
         self.servers: dict[str, str] = {}  # address -> its server slot, every host given one (enabled or not)
@@ -297,6 +350,10 @@ class FastLane:
                 pending, last = [], time.monotonic()
             elif not pending:
                 last = time.monotonic()
+
+
+def _no_blank_lines(pem: str) -> str:
+    return "\n".join(line for line in pem.splitlines() if line.strip())
 
 
 def _benign(answer: str) -> bool:

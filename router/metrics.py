@@ -91,6 +91,10 @@ class RouterMetrics:
                                           "too)", registry=None)
         self.fast_lane_restarts = Counter("mmhost_router_fast_lane_restarts_total", "Fast lane: HAProxy exits "
                                           "(started again)", registry=None)
+        self.fast_lane_tls_reloads = Counter("mmhost_router_fast_lane_tls_reloads_total", "Fast lane: rotated "
+                                             "certificate files sent to HAProxy (outcome ok: taken, new connections "
+                                             "use them; failed: HAProxy keeps the previous ones, sent again at the "
+                                             "next refresh)", ["outcome"], registry=None)
         self.fast_lane_syncs = Counter("mmhost_router_fast_lane_syncs_total", "Fast lane: refreshes that gave "
                                        "HAProxy the router's hosts, keys and routes", registry=None)
         self.fast_lane_log_dropped = Gauge("mmhost_router_fast_lane_log_dropped", "Fast lane: log lines HAProxy "
@@ -115,7 +119,7 @@ class RouterMetrics:
     def fast_lane_mode(self) -> None:
         """Export the fast lane's series (a router with fast_lane=haproxy)."""
         for m in (self.fast_lane_up, self.fast_lane_routes, self.fast_lane_requests, self.fast_lane_restarts,
-                  self.fast_lane_syncs, self.fast_lane_log_dropped):
+                  self.fast_lane_syncs, self.fast_lane_log_dropped, self.fast_lane_tls_reloads):
             self.registry.register(m)
 
     def redis_mode(self) -> None:

@@ -209,6 +209,7 @@ class Router:
         try:
             if await fl.ensure_running():
                 self.metrics.fast_lane_restarts.inc()
+            await self._fast_lane_tls(fl)
             keys = self.keys.hashes()
             fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
             await fl.sync(self.cluster.eligible(), keys, fast, self.dispatcher.groups)
@@ -227,6 +228,18 @@ class Router:
         if now >= self._dropped_read_at + DROPPED_EVERY_S:  # a runtime API call of its own: not every refresh
             self._dropped_read_at = now
             self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
+
+    async def _fast_lane_tls(self, fl: FastLane) -> None:
+        """Rotated certificate files to HAProxy (FastLane.refresh_tls); a refusal is counted and logged, and
+        never stops the sync: HAProxy serves on with the previous certificate."""
+        try:
+            took = await fl.refresh_tls()
+        except FastLaneError as e:
+            self.metrics.fast_lane_tls_reloads.labels("failed").inc()
+            log.warning("fast lane: %s; it keeps the previous certificate, sent again at the next refresh", e)
+            return
+        if took:
+            self.metrics.fast_lane_tls_reloads.labels("ok").inc(len(took))
 
     def _fast_records(self, recs: list[FastRecord]) -> None:
         """HAProxy's log lines, read back (router/fastlane.py): the access log lines and the request series the

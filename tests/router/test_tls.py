@@ -315,3 +315,79 @@ def test_the_fast_lane_serves_over_tls_with_mutual_tls_to_hostds(pki, tmp_path):
     finally:
         r.stop()
         h.stop()
+
+
+def _haproxy_holds(router_pid: int, pem_name: str) -> int:
+    """The serial (an int) of the certificate HAProxy's runtime API says it holds in `pem_name`, a file of the
+    fast lane's private directory (found from HAProxy's own command line, a child of the router)."""
+    import socket
+    from pathlib import Path
+
+    import psutil
+
+    (child,) = psutil.Process(router_pid).children()
+    cfg = Path(child.cmdline()[child.cmdline().index("-f") + 1])
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(cfg.parent / "admin.sock"))
+        s.sendall(f"show ssl cert {cfg.parent / pem_name}\n".encode())
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    serial = next(line.split(":", 1)[1].strip() for line in out.decode().splitlines() if line.startswith("Serial:"))
+    return int(serial, 16)
+
+
+def test_rotated_certificates_reach_the_fast_lane_without_a_restart(tmp_path):
+    """fast_lane=haproxy with TLS both ways: a new tenant-facing certificate is what HAProxy presents to the next
+    connection, and a new client certificate to hostds is the one HAProxy holds, at the router's next refreshes,
+    with the same HAProxy process (no restart) serving fast calls throughout. Without the runtime API's
+    set/commit ssl cert the old certificates stayed until the router restarted."""
+    from tests.hostd_proc import metric_value
+
+    pki = make_pki(tmp_path / "pki")  # its own: this test rotates the router's certificates
+    store = tmp_path / "store"
+    seed_store(store)
+    keys = {"demo": FileTenants(tmp_path / "tenants.json").create("demo")}
+    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
+    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
+                              "--refresh-interval", "0.2"], {**env, "MMHOST_ROUTER_FAST_LANE": "haproxy"},
+                   health_port=rhp, channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    try:
+        md = auth(keys["demo"])
+
+        def fast() -> float:
+            return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
+
+        def served_fast() -> bool:
+            n = fast()
+            assert r.stub.ModelInfer(infer_req("mlp"), metadata=md, timeout=30).outputs[0].name
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                if fast() > n:
+                    return True
+                time.sleep(0.05)
+            return False
+
+        wait_until(served_fast, timeout=20, what="a call over TLS on the fast lane")
+        import psutil
+
+        haproxy = psutil.Process(r.proc.pid).children()[0].pid
+        ca = certs.load_ca(pki)
+        new = certs.issue(ca, "mmhost-router", hosts=["127.0.0.1", "localhost"], server=True, days=2)
+        assert served_serial(r.port) != new.cert.serial_number
+        certs.write_pair(pki, "router", new)
+        wait_until(lambda: served_serial(r.port) == new.cert.serial_number, timeout=20,
+                   what="HAProxy presenting the rotated serving certificate")
+        client = certs.issue(ca, "mmhost-router", uris=[tls.ROUTER_IDENTITY], client=True, days=2)
+        assert _haproxy_holds(r.proc.pid, "hostd-client.pem") != client.cert.serial_number
+        certs.write_pair(pki, "router-client", client)
+        wait_until(lambda: _haproxy_holds(r.proc.pid, "hostd-client.pem") == client.cert.serial_number,
+                   timeout=20, what="HAProxy holding the rotated client certificate")
+        wait_until(served_fast, timeout=20, what="fast calls after both rotations")
+        text = r.metrics_text()
+        assert metric_value(text, "mmhost_router_fast_lane_tls_reloads_total", outcome="ok") >= 2
+        assert metric_value(text, "mmhost_router_fast_lane_restarts_total") == 0
+        assert psutil.Process(r.proc.pid).children()[0].pid == haproxy
+    finally:
+        r.stop()
+        h.stop()

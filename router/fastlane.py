@@ -126,17 +126,17 @@ class FastLane:
             f.write(self._pem_text(w) + "\n")
 
     async def refresh_tls(self) -> list[str]:
-        """Give HAProxy the certificate files that changed since it last took them: each is written to its file
-        (for a restart) and sent through the runtime API (`set ssl cert` and `commit ssl cert`; the CA bundle with
-        `set ssl ca-file` and `commit ssl ca-file`), so new connections use it; connections already open keep
-        their session. Returns the files HAProxy took. FastLaneError when HAProxy refused one: it keeps serving
-        the previous certificate, and the files are sent again at the next refresh."""
+        """Give HAProxy the certificate files that changed since it last took them, through the runtime API
+        (`set ssl cert` and `commit ssl cert`; the CA bundle with `set ssl ca-file` and `commit ssl ca-file`), so
+        new connections use them; connections already open keep their session. A pair HAProxy took is written to
+        its file in the private directory, so a restarted HAProxy starts with it (and not with one it refused).
+        Returns the files HAProxy took. FastLaneError when HAProxy refused one: it keeps serving the previous
+        certificate, and the files are sent again at the next refresh."""
         took: list[str] = []
         for w in self._watched:
             if not (await asyncio.to_thread(w.files.changed) or w.pending):
                 continue
             w.pending = True
-            self._write_pem(w)
             payloads = [("cert", w.pem, self._pem_text(w))]
             if w.ca is not None and w.files.material.ca is not None:
                 payloads.append(("ca-file", w.ca, _no_blank_lines(w.files.material.ca.decode())))
@@ -147,6 +147,7 @@ class FastLane:
                     if "Success" not in answer:
                         raise FastLaneError(f"HAProxy did not take {path}: {' '.join(answer.split())[:500]}")
                     took.append(path)
+            self._write_pem(w)  # only what HAProxy took: a restarted HAProxy starts with it
             w.pending = False
             log.info("fast lane: HAProxy took the rotated certificate from %s", w.files.cert_path)
         return took

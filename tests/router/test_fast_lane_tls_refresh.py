@@ -1,7 +1,8 @@
 """FastLane.refresh_tls's rules, with HAProxy's runtime API answered by the test (the real HAProxy's side is
 tests/router/test_tls.py's rotation test): nothing is sent while the files stay as they are; a rotated pair goes
-as one blank-line-free payload; a refusal raises, and the same files are sent again at the next refresh until
-HAProxy takes them; a rotation caught half-way (a key that matches no certificate) sends nothing."""
+as one blank-line-free payload; a refusal raises, leaves the file a restarted HAProxy reads as it was, and the
+same files are sent again at the next refresh until HAProxy takes them; a rotation caught half-way (a key that
+matches no certificate) sends nothing."""
 
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ def test_a_rotated_pair_is_sent_once_and_a_refusal_is_sent_again(lane):
     assert asyncio.run(fl.refresh_tls()) == [] and sent == []  # unchanged files: nothing to send
     new = certs.issue(certs.load_ca(pki), "mmhost-router", hosts=["127.0.0.1"], server=True, days=2)
     certs.write_pair(pki, "router", new)
+    before = (fl.dir / "listen.pem").read_text()
     answers += ["Transaction created", "Can't commit: error"]
     with pytest.raises(FastLaneError, match="did not take"):
         asyncio.run(fl.refresh_tls())
+    assert (fl.dir / "listen.pem").read_text() == before  # a restarted HAProxy starts with what it took
     pem = str(fl.dir / "listen.pem")
     assert asyncio.run(fl.refresh_tls()) == [pem]  # the files did not change again: sent again, and taken
     assert asyncio.run(fl.refresh_tls()) == []

@@ -21,10 +21,14 @@ Routes (version parts optional): GET /v2/health/live, /v2/health/ready, /v2, /v2
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import os
 import ssl
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
 from aiohttp import web
@@ -33,6 +37,7 @@ from google.protobuf.message import Message
 from ground.errors import InvalidArgument
 from ground.interceptors import status_of
 from ground.settings import RouterSettings
+from ground.tls import TLSFiles
 from ground.wire import RETRY_AFTER
 from protos import grpc_service_pb2 as pb
 from router import rest_codec as codec
@@ -232,8 +237,8 @@ def _host_port(listen: str) -> tuple[str, int]:
 
 
 def server_ssl(settings: RouterSettings) -> ssl.SSLContext | None:
-    """HTTPS with the router's tenant-facing certificate when it has one (read at start); API keys only,
-    client certificates are not asked for on REST."""
+    """HTTPS with the router's tenant-facing certificate when it has one (read at start, then kept in step
+    with the files by RestServer.refresh_tls); API keys only, client certificates are not asked for on REST."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -249,6 +254,10 @@ class RestServer:
         self.api = RestApi(servicer, settings.max_message_bytes)
         self.listen = settings.rest_listen
         self.ssl = server_ssl(settings)
+        # the files as the gRPC port follows them (ground/tls.py): a rotated pair reaches REST too
+        self._tls_files = TLSFiles(settings.tls_cert, settings.tls_key) \
+            if self.ssl is not None and settings.tls_cert is not None and settings.tls_key is not None else None
+        self._tls_pending = False
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -266,10 +275,38 @@ class RestServer:
         log.info("KServe v2 REST on %s:%d%s", host, self.port, " (https)" if self.ssl else "")
         return self.port
 
+    async def refresh_tls(self) -> bool:
+        """Load a rotated certificate into the listener's SSL context, so the next HTTPS connections present it
+        (connections already open keep their session); True when it did. The pair is loaded from a private copy
+        of what TLSFiles read and checked (the key matches the certificate), never from the live files: a
+        rotation caught half-way would leave the context with a certificate and no key. A half-written rotation
+        waits for the next refresh, as on the gRPC port."""
+        files = self._tls_files
+        if files is None or self.ssl is None or not (await asyncio.to_thread(files.changed) or self._tls_pending):
+            return False
+        self._tls_pending = True  # until loaded: a failure (raised, counted by the caller) is tried again
+        await asyncio.to_thread(_load_pair, self.ssl, files.material.cert, files.material.key)
+        self._tls_pending = False
+        log.info("REST: the rotated certificate from %s is served", files.cert_path)
+        return True
+
     async def stop(self) -> None:
         self.api.draining = True
         if self.runner is not None:
             await self.runner.cleanup()
+
+
+def _load_pair(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """`load_cert_chain` from files only this process can read, removed once loaded (it takes no bytes)."""
+    with tempfile.TemporaryDirectory(prefix="mmhost-rest-tls-") as d:  # 0700
+        paths = []
+        for name, data in (("cert.pem", cert), ("key.pem", key)):
+            path = Path(d) / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            paths.append(path)
+        ctx.load_cert_chain(paths[0], paths[1])
 
 
 __all__ = ["RestApi", "RestContext", "RestServer", "error_response", "rest_enabled"]

@@ -346,6 +346,8 @@ class Router:
         if rest_enabled(s.rest_listen):  # aiohttp on this loop: no thread or loop of its own
             self.rest = RestServer(self.servicer, s)
             await self.rest.start()
+            if self.rest.ssl is not None:  # rotated certificates reach HTTPS as they reach the gRPC port
+                self._tasks.append(asyncio.get_running_loop().create_task(self._every("rest_tls", self.rest.refresh_tls)))
         # As in hostd (hostd/server.py): what start-up made lives as long as the process, so it leaves the
         # collector's sight. Unfrozen, each full collection under load scanned it all: up to 39 ms of the event
         # loop, 7 times in one bench/noisy_model.py run (222 ms), a pause every call in flight then waited for.

@@ -391,3 +391,42 @@ def test_rotated_certificates_reach_the_fast_lane_without_a_restart(tmp_path):
     finally:
         r.stop()
         h.stop()
+
+
+def test_a_rotated_certificate_reaches_the_rest_port_without_a_restart(tmp_path):
+    """REST (rest_listen) over HTTPS with the router's tenant-facing certificate: a rotated pair is what the next
+    HTTPS connection gets, verified against the CA, and a half-written rotation (the new key beside the old
+    certificate) keeps the old pair serving meanwhile. Before, REST read its certificate once, at start."""
+    import ssl
+    import urllib.request
+
+    pki = make_pki(tmp_path / "pki")  # its own: this test rotates the router's certificate
+    store = tmp_path / "store"
+    seed_store(store)
+    FileTenants(tmp_path / "tenants.json").create("demo")
+    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
+    rest = free_port()
+    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
+                              "--refresh-interval", "0.2", "--rest-listen", f"127.0.0.1:{rest}"], env,
+                   health_port=rhp, channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    try:
+        trust = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+
+        def live() -> int:
+            with urllib.request.urlopen(f"https://127.0.0.1:{rest}/v2/health/live", context=trust, timeout=5) as resp:
+                return resp.status
+
+        assert live() == 200
+        first = served_serial(rest)
+        new = certs.issue(certs.load_ca(pki), "mmhost-router", hosts=["127.0.0.1", "localhost"], server=True, days=2)
+        certs._write(pki / "router-key.pem", certs.key_pem(new.key), 0o600)  # half-way: the key alone
+        time.sleep(1.0)  # five refreshes
+        assert served_serial(rest) == first and live() == 200
+        certs._write(pki / "router.pem", certs.cert_pem(new.cert), 0o644)
+        wait_until(lambda: served_serial(rest) == new.cert.serial_number, timeout=20,
+                   what="REST presenting the rotated certificate")
+        assert live() == 200  # verified against the CA, with the new certificate
+        assert r.proc.poll() is None
+    finally:
+        r.stop()
+        h.stop()

@@ -279,38 +279,44 @@ def test_without_a_second_port_the_tenant_port_requires_a_certificate(pki):
     assert tls.router_client_cert_credentials(s) is None
 
 
+def tls_router(pki, work, *args: str, env: dict[str, str] | None = None) -> tuple[HostdProc, RouterProc, dict[str, str]]:
+    """(hostd, router, {tenant: key}): a TLS router (refreshing every 0.2 s, `args` and `env` added) in front of a
+    mutual-TLS hostd, on a store in `work` with the demo models and tenant demo."""
+    store = work / "store"
+    seed_store(store)
+    keys = {"demo": FileTenants(work / "tenants.json").create("demo")}
+    h, rhp, base = mtls_hostd_and_router_env(pki, work)
+    r = RouterProc(work, ["--hosts", h.addr, "--tenants", str(work / "tenants.json"), "--store", str(store),
+                          "--refresh-interval", "0.2", *args], {**base, **(env or {})}, health_port=rhp,
+                   channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    return h, r, keys
+
+
+def served_fast(r: RouterProc, key: str) -> bool:
+    """One call answered, and counted on the fast lane within 0.5 s (HAProxy's log line read back)."""
+    from tests.hostd_proc import metric_value
+
+    def fast() -> float:
+        return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
+
+    n = fast()
+    assert r.stub.ModelInfer(infer_req("mlp"), metadata=auth(key), timeout=30).outputs[0].name
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        if fast() > n:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_the_fast_lane_serves_over_tls_with_mutual_tls_to_hostds(pki, tmp_path):
     """fast_lane=haproxy in the perimeter: HAProxy terminates the tenants' TLS on listen and calls the hostd with
     the router's client certificate (mutual TLS), verifying the hostd by its TLS name; the call is served fast."""
-    from tests.hostd_proc import metric_value
-
-    store = tmp_path / "store"
-    seed_store(store)
-    keys = {"demo": FileTenants(tmp_path / "tenants.json").create("demo")}
-    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
-    env = {**env, "MMHOST_ROUTER_FAST_LANE": "haproxy"}
-    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
-                              "--refresh-interval", "0.2"], env, health_port=rhp,
-                   channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    h, r, keys = tls_router(pki, tmp_path, env={"MMHOST_ROUTER_FAST_LANE": "haproxy"})
     try:
-        md = auth(keys["demo"])
-
-        def fast() -> float:
-            return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
-
-        def served_fast() -> bool:
-            n = fast()
-            out = r.stub.ModelInfer(infer_req("mlp"), metadata=md, timeout=30)
-            assert out.outputs[0].name
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline:
-                if fast() > n:
-                    return True
-                time.sleep(0.05)
-            return False
-
-        wait_until(served_fast, timeout=20, what="a call over TLS on the fast lane")
+        wait_until(lambda: served_fast(r, keys["demo"]), timeout=20, what="a call over TLS on the fast lane")
         plain = grpc_service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(r.addr))
+        md = auth(keys["demo"])
         assert code_of(lambda: plain.ModelInfer(infer_req("mlp"), metadata=md, timeout=5)) is C.UNAVAILABLE
     finally:
         r.stop()
@@ -345,30 +351,9 @@ def test_rotated_certificates_reach_the_fast_lane_without_a_restart(tmp_path):
     from tests.hostd_proc import metric_value
 
     pki = make_pki(tmp_path / "pki")  # its own: this test rotates the router's certificates
-    store = tmp_path / "store"
-    seed_store(store)
-    keys = {"demo": FileTenants(tmp_path / "tenants.json").create("demo")}
-    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
-    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
-                              "--refresh-interval", "0.2"], {**env, "MMHOST_ROUTER_FAST_LANE": "haproxy"},
-                   health_port=rhp, channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    h, r, keys = tls_router(pki, tmp_path, env={"MMHOST_ROUTER_FAST_LANE": "haproxy"})
     try:
-        md = auth(keys["demo"])
-
-        def fast() -> float:
-            return metric_value(r.metrics_text(), "mmhost_router_fast_lane_requests_total")
-
-        def served_fast() -> bool:
-            n = fast()
-            assert r.stub.ModelInfer(infer_req("mlp"), metadata=md, timeout=30).outputs[0].name
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline:
-                if fast() > n:
-                    return True
-                time.sleep(0.05)
-            return False
-
-        wait_until(served_fast, timeout=20, what="a call over TLS on the fast lane")
+        wait_until(lambda: served_fast(r, keys["demo"]), timeout=20, what="a call over TLS on the fast lane")
         import psutil
 
         haproxy = psutil.Process(r.proc.pid).children()[0].pid
@@ -383,7 +368,7 @@ def test_rotated_certificates_reach_the_fast_lane_without_a_restart(tmp_path):
         certs.write_pair(pki, "router-client", client)
         wait_until(lambda: _haproxy_holds(r.proc.pid, "hostd-client.pem") == client.cert.serial_number,
                    timeout=20, what="HAProxy holding the rotated client certificate")
-        wait_until(served_fast, timeout=20, what="fast calls after both rotations")
+        wait_until(lambda: served_fast(r, keys["demo"]), timeout=20, what="fast calls after both rotations")
         text = r.metrics_text()
         assert metric_value(text, "mmhost_router_fast_lane_tls_reloads_total", outcome="ok") >= 2
         assert metric_value(text, "mmhost_router_fast_lane_restarts_total") == 0
@@ -401,14 +386,8 @@ def test_a_rotated_certificate_reaches_the_rest_port_without_a_restart(tmp_path)
     import urllib.request
 
     pki = make_pki(tmp_path / "pki")  # its own: this test rotates the router's certificate
-    store = tmp_path / "store"
-    seed_store(store)
-    FileTenants(tmp_path / "tenants.json").create("demo")
-    h, rhp, env = mtls_hostd_and_router_env(pki, tmp_path)
     rest = free_port()
-    r = RouterProc(tmp_path, ["--hosts", h.addr, "--tenants", str(tmp_path / "tenants.json"), "--store", str(store),
-                              "--refresh-interval", "0.2", "--rest-listen", f"127.0.0.1:{rest}"], env,
-                   health_port=rhp, channel_credentials=tls.channel_credentials(pki / "ca.pem"))
+    h, r, _ = tls_router(pki, tmp_path, "--rest-listen", f"127.0.0.1:{rest}")
     try:
         trust = ssl.create_default_context(cafile=str(pki / "ca.pem"))
 

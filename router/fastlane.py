@@ -142,6 +142,9 @@ class FastLane:
                 payloads.append(("ca-file", w.ca, _no_blank_lines(w.files.material.ca.decode())))
             async with self._lock:
                 for kind, path, text in payloads:
+                    # a transaction a failed commit left open would be committed by a `commit` after a failed
+                    # `set`; abort it first ("No ongoing transaction!" when there is none)
+                    await self.command(f"abort ssl {kind} {path}")
                     answer = await self.command(f"set ssl {kind} {path} <<\n{text}\n")
                     answer += await self.command(f"commit ssl {kind} {path}")
                     if "Success" not in answer:

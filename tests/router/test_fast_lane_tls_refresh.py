@@ -38,13 +38,14 @@ def test_a_rotated_pair_is_sent_once_and_a_refusal_is_sent_again(lane):
     new = certs.issue(certs.load_ca(pki), "mmhost-router", hosts=["127.0.0.1"], server=True, days=2)
     certs.write_pair(pki, "router", new)
     before = (fl.dir / "listen.pem").read_text()
-    answers += ["Transaction created", "Can't commit: error"]
+    answers += ["No ongoing transaction!", "Transaction created", "Can't commit: error"]  # abort, set, commit
     with pytest.raises(FastLaneError, match="did not take"):
         asyncio.run(fl.refresh_tls())
     assert (fl.dir / "listen.pem").read_text() == before  # a restarted HAProxy starts with what it took
     pem = str(fl.dir / "listen.pem")
     assert asyncio.run(fl.refresh_tls()) == [pem]  # the files did not change again: sent again, and taken
     assert asyncio.run(fl.refresh_tls()) == []
+    assert sent[-3:-2] == [f"abort ssl cert {pem}"]  # no transaction a failed commit left open is committed
     payload = sent[-2]
     assert payload.startswith(f"set ssl cert {pem} <<\n") and sent[-1] == f"commit ssl cert {pem}"
     body = payload.split("<<\n", 1)[1]

@@ -22,6 +22,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ground.cpus import usable_cpus
 from ground.loopidle import LoopIdle, idle_loop_factory
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import serve_metrics
@@ -80,9 +81,10 @@ def lower_thread_priority(nice: int) -> None:
 
 
 def execution_plan(settings: HostdSettings, kind: str) -> ExecutionPlan:
-    """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py)."""
+    """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py); cores = the CPUs this
+    process may use, its affinity lowered to its cgroup's CPU limit (ground/cpus.py), not the machine's count."""
     threads = settings.ort_intra_op_threads or settings.torch_threads
-    return plan_execution(os.cpu_count() or 1, kind, settings.execution_slots, threads, settings.wide_lone_batches)
+    return plan_execution(usable_cpus(), kind, settings.execution_slots, threads, settings.wide_lone_batches)
 
 
 class Hostd:

@@ -362,6 +362,9 @@ class RouterSettings(BaseSettings):
         65536, ge=16384, le=1 << 24, description="HAProxy's buffer: a ModelInfer body must fit whole to take the fast "
         "lane (larger ones take the Python lane, with its byte budget); HAProxy holds up to maxconn of them")
     fast_lane_maxconn: int = Field(4096, ge=16, description="HAProxy's connection limit (fast lane)")
+    fast_lane_threads: int = Field(0, ge=0, le=64, description="HAProxy's threads (nbthread); 0 = one per CPU "
+                                   "the router may use, its affinity lowered to its cgroup's CPU limit "
+                                   "(ground/cpus.py; docs/fast-lane.md: what was measured)")
     fast_lane_check_interval_s: float = Field(1.0, gt=0, description="HAProxy's health checks of each host (TCP)")
     fast_lane_max_hosts: int = Field(64, ge=1, le=4096, description="hosts the fast lane can route to (HAProxy "
                                      "server slots); more hosts than this are served by the Python lane alone")

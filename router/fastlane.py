@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ipaddress import ip_address
 from pathlib import Path
 
+from ground.cpus import usable_cpus
 from ground.tls import TLSFiles
 from router.fastlane_config import (FastLaneConfig, FastRecord, batches, map_commands, parse_log_line, render_config,
                                     route_table, slot_commands, slot_name)
@@ -75,7 +76,7 @@ def haproxy_binary(configured: str = "") -> str:
 
 class FastLane:
     def __init__(self, *, listen: str, router: str, binary: str = "", buffer_bytes: int = 65536, maxconn: int = 4096,
-                 check_interval_s: float = 1.0, max_hosts: int = 64,
+                 threads: int = 0, check_interval_s: float = 1.0, max_hosts: int = 64,
                  listen_tls: tuple[str, str] | None = None, hostd_tls: tuple[str, str, str, str] | None = None,
                  on_records: Callable[[list[FastRecord]], None]) -> None:
         """`listen_tls`: (certificate, key) tenants see on `listen`; `hostd_tls`: (CA, client certificate,
@@ -103,8 +104,9 @@ class FastLane:
         self.cfg = FastLaneConfig(listen=listen, router=router, admin_socket=str(self.dir / "admin.sock"),
                                   log_target=log_target,
                                   keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
-                                  buffer_bytes=buffer_bytes, maxconn=maxconn, check_interval_s=check_interval_s,
-                                  max_hosts=max_hosts, listen_pem=listen_pem, hostd_tls=upstream)
+                                  buffer_bytes=buffer_bytes, maxconn=maxconn,
+                                  threads=threads or min(64, usable_cpus()),
+                                  check_interval_s=check_interval_s, max_hosts=max_hosts, listen_pem=listen_pem, hostd_tls=upstream)
         self.on_records = on_records
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None

@@ -65,7 +65,7 @@ class FastLaneConfig:
     routes_map: str
     buffer_bytes: int = 65536  # a ModelInfer body must fit (whole) to take the fast lane
     maxconn: int = 4096
-    threads: int = 1
+    threads: int = 1  # HAProxy's nbthread (router settings: fast_lane_threads)
     connect_timeout_s: float = 2.0
     check_interval_s: float = 1.0  # TCP health checks of each host
     stream_timeout_s: int = 3600  # HAProxy's client/server inactivity limit; deadlines are the callers' (grpc-timeout)

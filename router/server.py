@@ -307,6 +307,7 @@ class Router:
             try:
                 self.fastlane = FastLane(listen=s.listen, router=f"127.0.0.1:{self.port}", binary=s.fast_lane_binary,
                                          buffer_bytes=s.fast_lane_buffer_bytes, maxconn=s.fast_lane_maxconn,
+                                         threads=s.fast_lane_threads,
                                          check_interval_s=s.fast_lane_check_interval_s,
                                          max_hosts=s.fast_lane_max_hosts, on_records=self._fast_records,
                                          listen_tls=(str(s.tls_cert), str(s.tls_key)) if self.creds else None,

@@ -92,3 +92,60 @@ def test_haproxy_accepts_the_configuration(tmp_path):
     out = subprocess.run([exe, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "[WARNING]" not in out.stderr, out.stderr  # a rule HAProxy would ignore or reorder is a bug here
+
+
+def _haproxy_nbthread(tmp_path, threads: int) -> int:
+    """Nbthread as a running HAProxy reports it (`show info` on its runtime API) for render_config(threads=...)."""
+    import socket
+    import time
+
+    from tests.servers import free_port
+
+    exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    sock = tmp_path / f"a{threads}.sock"
+    cfg = FastLaneConfig(listen=f"127.0.0.1:{free_port()}", router="127.0.0.1:2", admin_socket=str(sock),
+                         log_target="127.0.0.1:3", keys_map=str(tmp_path / "k.map"),
+                         routes_map=str(tmp_path / "r.map"), max_hosts=1, threads=threads)
+    (tmp_path / "k.map").write_text("")
+    (tmp_path / "r.map").write_text("")
+    (tmp_path / "h.cfg").write_text(render_config(cfg))
+    proc = subprocess.Popen([exe, "-db", "-q", "-f", str(tmp_path / "h.cfg")], stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "HAProxy did not start"
+            time.sleep(0.05)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(b"show info\n")
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+    finally:
+        proc.kill()
+        proc.wait()
+    return int(next(line.split(":", 1)[1] for line in out.decode().splitlines() if line.startswith("Nbthread:")))
+
+
+def test_haproxy_runs_the_threads_it_is_given(tmp_path):
+    """fast_lane_threads: HAProxy runs that many threads, here one more than it would choose itself."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    assert _haproxy_nbthread(tmp_path, cpus + 1) == cpus + 1
+
+
+def test_fast_lane_threads_zero_means_one_per_usable_cpu():
+    """fast_lane_threads=0 (the default): the router's usable CPUs (ground/cpus.py), not HAProxy's own count."""
+    import asyncio
+
+    from ground.cpus import usable_cpus
+    from router.fastlane import FastLane
+
+    for threads, want in ((0, min(64, usable_cpus())), (3, 3)):
+        fl = FastLane(listen="127.0.0.1:1", router="127.0.0.1:2", threads=threads, on_records=lambda recs: None)
+        try:
+            assert fl.cfg.threads == want
+            assert f"    nbthread {want}\n" in render_config(fl.cfg)
+        finally:
+            asyncio.run(fl.stop())

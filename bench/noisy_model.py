@@ -15,6 +15,8 @@ through bench/passthrough.py, a grpc.aio proxy with no logic (the floor of any s
 with --groups, the same again with both noisy models on a second hostd of host group "bulk" and the
 light model on the first (router/host_groups.py): direct, through the router, and through its fast lane.
 
+--no-direct and --no-python-lane leave those phases out (an A/B of the fast lane alone, say).
+
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
 throughput kept against running alone, errors, and where the light model's time went inside hostd (mean
@@ -201,8 +203,10 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str,
 
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
-        groups: bool = False, passthrough: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
-    """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result)."""
+        groups: bool = False, passthrough: bool = False, direct_lane: bool = True,
+        python_lane: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+    """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result).
+    direct_lane / python_lane False: skip the direct phases / the phases through the router's Python lane."""
     from router.tenants import FileTenants
 
     rows: list[tuple[str, dict, Stats | None, dict | None]] = []
@@ -245,13 +249,12 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 nz = noisy_result(start_noisy(addr, seconds, h))
                 rows.append((name, {}, stats(on or host, "noisy", tenant).minus(before), nz))
 
-            phase("light alone", host, direct["acme"], None)
-            noisy_alone("noisy alone", host, direct["acme"], "acme")
-            phase("beside noisy, same tenant", host, direct["acme"], direct["acme"])
-            phase("beside noisy, other tenant", host, direct["acme"], direct["other"])
-            live = (live_probe(host, min(seconds, 3.0), None), live_probe(host, min(seconds, 3.0), direct["other"]))
-            print(f"hostd ServerLive p50/p99 ms: alone {live[0]['p50']:.2f}/{live[0]['p99']:.2f}, beside the noisy "
-                  f"model {live[1]['p50']:.2f}/{live[1]['p99']:.2f} (the event loop and the cores, no model)", flush=True)
+            if direct_lane:
+                direct_phases(host, direct, phase, noisy_alone)
+                live = (live_probe(host, min(seconds, 3.0), None), live_probe(host, min(seconds, 3.0), direct["other"]))
+                print(f"hostd ServerLive p50/p99 ms: alone {live[0]['p50']:.2f}/{live[0]['p99']:.2f}, beside the "
+                      f"noisy model {live[1]['p50']:.2f}/{live[1]['p99']:.2f} (the event loop and the cores, no model)",
+                      flush=True)
             if floor:  # the light model in a process of its own: what the cores alone allow it beside the noisy load
                 plain = start_plain(work / "light.onnx", "light", work)
                 try:
@@ -298,13 +301,14 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                              via_router, fast_lane)
             if not via_router:
                 return rows
-            router, raddr = start_router(work, host, tenants, store)
-            light(raddr, 1.0, via["acme"])  # warm-up through the router
-            phase("router: light alone", raddr, via["acme"], None)
-            noisy_alone("router: noisy alone", raddr, via["other"], "other")
-            phase("router: beside unlimited noisy tenant", raddr, via["acme"], via["other"])
-            stop(router)
-            router = None
+            if python_lane:
+                router, raddr = start_router(work, host, tenants, store)
+                light(raddr, 1.0, via["acme"])  # warm-up through the router
+                phase("router: light alone", raddr, via["acme"], None)
+                noisy_alone("router: noisy alone", raddr, via["other"], "other")
+                phase("router: beside unlimited noisy tenant", raddr, via["acme"], via["other"])
+                stop(router)
+                router = None
             if fast_lane:  # the router with its fast lane: HAProxy sends both tenants' calls straight to hostd
                 router, faddr = start_router(work, host, tenants, store, "--fast-lane", "haproxy")
                 light(faddr, 1.5, via["acme"])  # warm-up; the models are READY, so routed from the first sync
@@ -316,6 +320,13 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 stop(router)
             stop(hostd)
     return rows
+
+
+def direct_phases(host: str, direct: dict, phase, noisy_alone) -> None:
+    phase("light alone", host, direct["acme"], None)
+    noisy_alone("noisy alone", host, direct["acme"], "acme")
+    phase("beside noisy, same tenant", host, direct["acme"], direct["acme"])
+    phase("beside noisy, other tenant", host, direct["acme"], direct["other"])
 
 
 GROUPS = {"other": "bulk", "acme/noisy": "bulk"}  # both noisy models to the bulk hostd; acme's light one shared
@@ -423,6 +434,8 @@ def main() -> None:
                     "(bench/hostd_twin.py), the interpreter's switch interval set to this (0: Python's default); "
                     "repeat for several")
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
+    ap.add_argument("--no-direct", action="store_true", help="skip the phases calling hostd directly")
+    ap.add_argument("--no-python-lane", action="store_true", help="skip the phases through the router's Python lane")
     ap.add_argument("--groups", action="store_true", help="also the phases with the noisy models on a second hostd of "
                     "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
     ap.add_argument("--passthrough", action="store_true", help="also the phases through bench/passthrough.py, a "
@@ -431,7 +444,7 @@ def main() -> None:
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
-               tuple(args.same_process), args.groups, args.passthrough)
+               tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

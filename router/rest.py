@@ -246,6 +246,19 @@ def server_ssl(settings: RouterSettings) -> ssl.SSLContext | None:
     return ctx
 
 
+def _switch_to(current: list[ssl.SSLContext]):
+    """An sni_callback for the listener's context: each new handshake, at its ClientHello (with or without a
+    server name), continues on current[0], the context of the latest pair. A rotation builds a new context and
+    swaps it in there; a context handshakes are using is never changed (load_cert_chain on it would leave
+    a window with the new certificate and the old key, and OpenSSL does not let a context in use change)."""
+    def callback(sock, _name, ctx):
+        if current[0] is not ctx:
+            sock.context = current[0]
+        return None
+
+    return callback
+
+
 class RestServer:
     """The REST listener on the running event loop (aiohttp's AppRunner + TCPSite: no thread, no loop of
     its own); the composition root starts and stops it."""
@@ -254,6 +267,9 @@ class RestServer:
         self.api = RestApi(servicer, settings.max_message_bytes)
         self.listen = settings.rest_listen
         self.ssl = server_ssl(settings)
+        self._current: list[ssl.SSLContext] = [self.ssl] if self.ssl is not None else []
+        if self.ssl is not None:
+            self.ssl.sni_callback = _switch_to(self._current)
         # the files as the gRPC port follows them (ground/tls.py): a rotated pair reaches REST too
         self._tls_files = TLSFiles(settings.tls_cert, settings.tls_key) \
             if self.ssl is not None and settings.tls_cert is not None and settings.tls_key is not None else None
@@ -276,16 +292,16 @@ class RestServer:
         return self.port
 
     async def refresh_tls(self) -> bool:
-        """Load a rotated certificate into the listener's SSL context, so the next HTTPS connections present it
-        (connections already open keep their session); True when it did. The pair is loaded from a private copy
-        of what TLSFiles read and checked (the key matches the certificate), never from the live files: a
-        rotation caught half-way would leave the context with a certificate and no key. A half-written rotation
-        waits for the next refresh, as on the gRPC port."""
+        """Serve a rotated certificate from the next HTTPS handshake on (connections already open keep their
+        session); True when it did. The pair goes into a new SSL context, built off the loop from a private copy
+        of what TLSFiles read and checked (the key matches the certificate), never from the live files, and
+        handshakes switch to it at their ClientHello (`_switch_to`). A half-written rotation waits for the next
+        refresh, as on the gRPC port."""
         files = self._tls_files
         if files is None or self.ssl is None or not (await asyncio.to_thread(files.changed) or self._tls_pending):
             return False
         self._tls_pending = True  # until loaded: a failure (raised, counted by the caller) is tried again
-        await asyncio.to_thread(_load_pair, self.ssl, files.material.cert, files.material.key)
+        self._current[0] = await asyncio.to_thread(_new_context, files.material.cert, files.material.key)
         self._tls_pending = False
         log.info("REST: the rotated certificate from %s is served", files.cert_path)
         return True
@@ -296,8 +312,10 @@ class RestServer:
             await self.runner.cleanup()
 
 
-def _load_pair(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """`load_cert_chain` from files only this process can read, removed once loaded (it takes no bytes)."""
+def _new_context(cert: bytes, key: bytes) -> ssl.SSLContext:
+    """A server context with this pair, loaded from files only this process can read, removed once loaded
+    (`load_cert_chain` takes no bytes)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory(prefix="mmhost-rest-tls-") as d:  # 0700
         paths = []
         for name, data in (("cert.pem", cert), ("key.pem", key)):
@@ -307,6 +325,7 @@ def _load_pair(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
                 f.write(data)
             paths.append(path)
         ctx.load_cert_chain(paths[0], paths[1])
+    return ctx
 
 
 __all__ = ["RestApi", "RestContext", "RestServer", "error_response", "rest_enabled"]

@@ -339,7 +339,10 @@ def _haproxy_holds(router_pid: int, pem_name: str) -> int:
         out = b""
         while chunk := s.recv(65536):
             out += chunk
-    serial = next(line.split(":", 1)[1].strip() for line in out.decode().splitlines() if line.startswith("Serial:"))
+    serial = next((line.split(":", 1)[1].strip() for line in out.decode().splitlines() if line.startswith("Serial:")),
+                  None)
+    if serial is None:  # "operations on certificates are currently locked": a commit is under way; ask again
+        return -1
     return int(serial, 16)
 
 

@@ -20,51 +20,49 @@ def quota_from_cpu_max(text: str) -> float | None:
     parts = text.split()
     if len(parts) != 2 or parts[0] == "max":
         return None
-    quota, period = int(parts[0]), int(parts[1])
-    return quota / period if quota > 0 and period > 0 else None
+    return _ratio(parts[0], parts[1])
 
 
 def quota_from_cfs(quota_us: str, period_us: str) -> float | None:
     """cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (a quota of -1: no limit)."""
-    quota, period = int(quota_us), int(period_us)
-    return quota / period if quota > 0 and period > 0 else None
+    return _ratio(quota_us, period_us)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def cgroup_quota(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
     """The lowest CPU quota on this process's cgroup and its parents (v2), or of its cpu controller (v1); None
     when no limit is set or the files cannot be read."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
+    lines = (_text(proc_cgroup) or "").splitlines()
     found: list[float] = []
     for line in lines:
         hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        rel = path.strip().lstrip("/")
+        parts = Path(path.strip().lstrip("/")).parts
         if hid == "0" and controllers == "":  # v2: a limit on any ancestor applies too
-            here = root / rel
-            while True:
-                q = _read(lambda d=here: quota_from_cpu_max((d / "cpu.max").read_text()))
+            for depth in range(len(parts), -1, -1):
+                q = quota_from_cpu_max(_text(root.joinpath(*parts[:depth], "cpu.max")) or "")
                 if q is not None:
                     found.append(q)
-                if here == root or root not in here.parents:
-                    break
-                here = here.parent
-        elif "cpu" in controllers.split(","):  # v1
-            for d in (root / "cpu" / rel, root / "cpu"):  # inside a container's namespace the path is its root
-                q = _read(lambda d=d: quota_from_cfs((d / "cpu.cfs_quota_us").read_text(),
-                                                     (d / "cpu.cfs_period_us").read_text()))
+        elif "cpu" in controllers.split(","):  # v1; inside a container's namespace the path is the mount's root
+            for d in (root.joinpath("cpu", *parts), root / "cpu"):
+                q = quota_from_cfs(_text(d / "cpu.cfs_quota_us") or "", _text(d / "cpu.cfs_period_us") or "")
                 if q is not None:
                     found.append(q)
                     break
     return min(found) if found else None
-
-
-def _read(f) -> float | None:
-    try:
-        return f()
-    except (OSError, ValueError):
-        return None
 
 
 def usable_cpus(quota: float | None = None, affinity: int | None = None) -> int:

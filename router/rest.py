@@ -241,8 +241,12 @@ def server_ssl(settings: RouterSettings) -> ssl.SSLContext | None:
     with the files by RestServer.refresh_tls); API keys only, client certificates are not asked for on REST."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
+    return _context(settings.tls_cert, settings.tls_key)
+
+
+def _context(cert_path: str | os.PathLike, key_path: str | os.PathLike) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    ctx.load_cert_chain(cert_path, key_path)
     return ctx
 
 
@@ -315,7 +319,6 @@ class RestServer:
 def _new_context(cert: bytes, key: bytes) -> ssl.SSLContext:
     """A server context with this pair, loaded from files only this process can read, removed once loaded
     (`load_cert_chain` takes no bytes)."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory(prefix="mmhost-rest-tls-") as d:  # 0700
         paths = []
         for name, data in (("cert.pem", cert), ("key.pem", key)):
@@ -324,8 +327,7 @@ def _new_context(cert: bytes, key: bytes) -> ssl.SSLContext:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             paths.append(path)
-        ctx.load_cert_chain(paths[0], paths[1])
-    return ctx
+        return _context(paths[0], paths[1])
 
 
 __all__ = ["RestApi", "RestContext", "RestServer", "error_response", "rest_enabled"]

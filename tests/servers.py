@@ -188,3 +188,14 @@ class ServerProc:
         self.channel.close()
         self._log.close()
         return self.proc.returncode
+
+
+def haproxy_ask(admin_socket: Path | str, line: str) -> str:
+    """One command on HAProxy's runtime API (a unix socket), its whole answer."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(admin_socket))
+        s.sendall(line.encode() + b"\n")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out.decode()

@@ -96,10 +96,9 @@ def test_haproxy_accepts_the_configuration(tmp_path):
 
 def _haproxy_nbthread(tmp_path, threads: int) -> int:
     """Nbthread as a running HAProxy reports it (`show info` on its runtime API) for render_config(threads=...)."""
-    import socket
     import time
 
-    from tests.servers import free_port
+    from tests.servers import free_port, haproxy_ask
 
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
     sock = tmp_path / f"a{threads}.sock"
@@ -115,16 +114,11 @@ def _haproxy_nbthread(tmp_path, threads: int) -> int:
         while not sock.exists():
             assert proc.poll() is None and time.monotonic() < deadline, "HAProxy did not start"
             time.sleep(0.05)
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(sock))
-            s.sendall(b"show info\n")
-            out = b""
-            while chunk := s.recv(65536):
-                out += chunk
+        out = haproxy_ask(sock, "show info")
     finally:
         proc.kill()
         proc.wait()
-    return int(next(line.split(":", 1)[1] for line in out.decode().splitlines() if line.startswith("Nbthread:")))
+    return int(next(line.split(":", 1)[1] for line in out.splitlines() if line.startswith("Nbthread:")))
 
 
 def test_haproxy_runs_the_threads_it_is_given(tmp_path):

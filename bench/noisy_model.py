@@ -15,7 +15,9 @@ through bench/passthrough.py, a grpc.aio proxy with no logic (the floor of any s
 with --groups, the same again with both noisy models on a second hostd of host group "bulk" and the
 light model on the first (router/host_groups.py): direct, through the router, and through its fast lane.
 
---no-direct and --no-python-lane leave those phases out (an A/B of the fast lane alone, say).
+--no-direct and --no-python-lane leave those phases out (an A/B of the fast lane alone, say); --noisy-direct adds
+a fast-lane phase with the noisy tenant calling hostd directly, so HAProxy carries the light calls alone: the
+difference from the phase before it is what HAProxy's handling of the noisy calls costs the light model.
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
@@ -204,9 +206,10 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str,
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
         groups: bool = False, passthrough: bool = False, direct_lane: bool = True,
-        python_lane: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        python_lane: bool = True, noisy_direct: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result).
-    direct_lane / python_lane False: skip the direct phases / the phases through the router's Python lane."""
+    direct_lane / python_lane False: skip the direct phases / the phases through the router's Python lane;
+    noisy_direct: also the light model through the fast lane while the noisy tenant calls hostd directly."""
     from router.tenants import FileTenants
 
     rows: list[tuple[str, dict, Stats | None, dict | None]] = []
@@ -315,6 +318,8 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 phase("fast lane: light alone", faddr, via["acme"], None)
                 noisy_alone("fast lane: noisy alone", faddr, via["other"], "other")
                 phase("fast lane: beside unlimited noisy tenant", faddr, via["acme"], via["other"])
+                if noisy_direct:  # HAProxy carries the light calls only: what its own share of the noisy load costs
+                    phase("fast lane: beside noisy sent to hostd", faddr, via["acme"], direct["other"], noisy_addr=host)
         finally:
             if router is not None:
                 stop(router)
@@ -436,6 +441,8 @@ def main() -> None:
     ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
     ap.add_argument("--no-direct", action="store_true", help="skip the phases calling hostd directly")
     ap.add_argument("--no-python-lane", action="store_true", help="skip the phases through the router's Python lane")
+    ap.add_argument("--noisy-direct", action="store_true", help="also the light model through the fast lane with "
+                    "the noisy tenant calling hostd directly (HAProxy's own share of the light model's wait)")
     ap.add_argument("--groups", action="store_true", help="also the phases with the noisy models on a second hostd of "
                     "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
     ap.add_argument("--passthrough", action="store_true", help="also the phases through bench/passthrough.py, a "
@@ -444,7 +451,8 @@ def main() -> None:
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
-               tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane)
+               tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane,
+               args.noisy_direct)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

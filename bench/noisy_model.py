@@ -21,8 +21,10 @@ difference from the phase before it is what HAProxy's handling of the noisy call
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
-throughput kept against running alone, errors, and where the light model's time went inside hostd (mean
-queue and compute time per request, from ModelStatistics)."""
+throughput kept against running alone, errors, where the light model's time went inside hostd (mean
+queue and compute time per request, from ModelStatistics), and the cores each process used in each phase
+(the light client, hostd, the noisy client, the router and its HAProxy): whether the box was saturated, and
+by whom."""
 
 from __future__ import annotations
 
@@ -175,11 +177,38 @@ def live_probe(addr: str, seconds: float, noisy_h: dict | None) -> dict:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads."""
+    """User + system CPU seconds of a process, all its threads (0 once it is gone)."""
     import psutil
 
-    t = psutil.Process(pid).cpu_times()
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
     return t.user + t.system
+
+
+class CpuWindow:
+    """Cores each named process used between `__init__` and `stop`: where a phase's CPU went, the light
+    client (this process), hostd, the noisy client, the router and its HAProxy."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+        self.t0 = time.perf_counter()
+        self.c0 = {k: _cpu_s(v) for k, v in self.pids.items()}
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        return {k: (_cpu_s(v) - self.c0[k]) / wall for k, v in self.pids.items()}
+
+
+def haproxy_pid(router_pid: int) -> int | None:
+    """The fast lane's HAProxy: the router's child process of that name."""
+    import psutil
+
+    for c in psutil.Process(router_pid).children(recursive=True):
+        if c.name().startswith("haproxy"):
+            return c.pid
+    return None
 
 
 def light(addr: str, seconds: float, headers: dict) -> dict:
@@ -224,6 +253,7 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         hostd, host = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant", "acme",
                                   "--metrics-port", str(mport), *hostd_args)
         router = None
+        procs: dict[str, int] = {}  # the router (and its HAProxy) in use, for CpuWindow
         try:
             direct = {"acme": {TENANT_HEADER: "acme"}, "other": {TENANT_HEADER: "other"}}
             for t, m in (("acme", "light"), ("acme", "noisy"), ("other", "noisy")):  # load all, warm up
@@ -238,18 +268,25 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
                 lag0 = loop_lag(lag_port or mport)
-                cpu0, t0 = (_cpu_s(os.getpid()), _cpu_s(hostd.pid)), time.perf_counter()
+                # cores used over the light phase by the light client (this process), the first hostd, the noisy
+                # client and the router and HAProxy in use
+                cpu = CpuWindow({"client": os.getpid(), "hostd": hostd.pid, **procs,
+                                 **({"noisy": p.pid} if p is not None else {})})
                 r = light(addr, seconds, light_h)
-                wall = time.perf_counter() - t0
-                # cores used by the light client (this process) and by the first hostd over the light phase
-                r["cores"] = ((_cpu_s(os.getpid()) - cpu0[0]) / wall, (_cpu_s(hostd.pid) - cpu0[1]) / wall)
+                r["cpu"] = cpu.stop()
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
                 rows.append((name, r, stats(host, "light", "acme").minus(before) if before is not None else None, nz))
 
             def noisy_alone(name: str, addr: str, h: dict, tenant: str, on: str | None = None) -> None:
                 before = stats(on or host, "noisy", tenant)
-                nz = noisy_result(start_noisy(addr, seconds, h))
+                p = start_noisy(addr, seconds, h)
+                time.sleep(1.5)  # its start-up and warm-up
+                cpu = CpuWindow({"hostd": hostd.pid, **procs, "noisy": p.pid})
+                time.sleep(max(0.5, seconds - 1.0))  # inside its measured seconds
+                c = cpu.stop()
+                nz = noisy_result(p)
+                nz["cpu"] = c
                 rows.append((name, {}, stats(on or host, "noisy", tenant).minus(before), nz))
 
             if direct_lane:
@@ -306,14 +343,20 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 return rows
             if python_lane:
                 router, raddr = start_router(work, host, tenants, store)
+                procs["router"] = router.pid
                 light(raddr, 1.0, via["acme"])  # warm-up through the router
                 phase("router: light alone", raddr, via["acme"], None)
                 noisy_alone("router: noisy alone", raddr, via["other"], "other")
                 phase("router: beside unlimited noisy tenant", raddr, via["acme"], via["other"])
                 stop(router)
                 router = None
+                procs.clear()
             if fast_lane:  # the router with its fast lane: HAProxy sends both tenants' calls straight to hostd
                 router, faddr = start_router(work, host, tenants, store, "--fast-lane", "haproxy")
+                procs["router"] = router.pid
+                hp = haproxy_pid(router.pid)
+                if hp is not None:
+                    procs["haproxy"] = hp
                 light(faddr, 1.5, via["acme"])  # warm-up; the models are READY, so routed from the first sync
                 phase("fast lane: light alone", faddr, via["acme"], None)
                 noisy_alone("fast lane: noisy alone", faddr, via["other"], "other")
@@ -405,9 +448,13 @@ def report(rows: list[tuple[str, dict, Stats | None, dict | None]]) -> bool:
             print(f"  {name}: light p99 {r['p99'] / alone['p99']:.1f}x alone")
     print("hostd event-loop lag p99 during each light phase (mmhost_event_loop_lag_seconds, linear within its "
           "bucket): " + ", ".join(f"{name} {r['loop_lag_p99']:.1f} ms" for name, r, _, _ in rows if r))
-    print(f"CPU during each light phase, in cores of {os.cpu_count()} (light client, first hostd: in 'groups' phases "
-          "it serves the light model alone, so both are what the light path takes from the noisy one): "
-          + ", ".join(f"{name} {r['cores'][0]:.2f}+{r['cores'][1]:.2f}" for name, r, _, _ in rows if r))
+    print(f"CPU by process during each phase, in cores of {os.cpu_count()} (noisy alone: over the noisy client's "
+          "run; the rest: over the light phase; client = the light client; in 'groups' phases hostd is the first, "
+          "which serves the light model alone)")
+    for name, r, _, nz in rows:
+        c = r.get("cpu") if r else (nz or {}).get("cpu")
+        if c:
+            print(f"  {name:<40} " + "  ".join(f"{k} {v:.2f}" for k, v in c.items()) + f"  total {sum(c.values()):.2f}")
     print("bound = light p99 alone + 1.5 x the noisy model's mean batch compute time alone (hostd's statistics); "
           "kept = noisy requests/s beside the light model / alone; queue ms, run ms = light's mean queue time and "
           "session run time in hostd")

@@ -186,6 +186,12 @@ class HostdSettings(BaseSettings):
         12, ge=0, le=19, description="nice value of the threads that run and load models (Linux: per thread): the "
         "event loop, which answers every model's requests, goes first when both want a core; 0 = same priority",
     )
+    switch_interval_s: float = Field(
+        0.0005, ge=0, le=0.1, description="the interpreter's switch interval in hostd's process (sys.setswitchinterval; "
+        "0 = Python's 5 ms): how long a model thread that finished or is about to start a batch waits for the GIL "
+        "while the event loop holds it. 0.5 ms raised the concurrency-32 throughput 8-16% on 2 cores "
+        "(docs/execution.md item 12)",
+    )
     fair_unit: Literal["tenant", "model"] = Field(
         "model", description="what shares the execution slots fairly: tenant (by weight; a tenant's models in "
         "priority and arrival order), or model (by tenant weight, then equally among a tenant's models)",

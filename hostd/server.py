@@ -80,6 +80,16 @@ def lower_thread_priority(nice: int) -> None:
             log.debug("could not lower a model thread's priority", exc_info=True)
 
 
+def set_switch_interval(seconds: float) -> None:
+    """The interpreter's switch interval for this process (0: leave Python's default). A thread that wants the
+    GIL waits up to this long before asking the holder to drop it: a batch thread that finished or is about to
+    start a batch (it merges and splits the batch's arrays under the GIL) waits that long while the event loop is
+    busy, and the model's executor idles meanwhile (docs/execution.md item 12). Process-wide, so only the
+    process's own entry (`serve`) sets it, not a Hostd embedded in another program."""
+    if seconds > 0:
+        sys.setswitchinterval(seconds)
+
+
 def execution_plan(settings: HostdSettings, kind: str) -> ExecutionPlan:
     """Slots and runtime threads: slots x threads <= cores on CPU (hostd/core/sizing.py); cores = the CPUs this
     process may use, its affinity lowered to its cgroup's CPU limit (ground/cpus.py), not the machine's count."""
@@ -373,6 +383,7 @@ def parse_shares(text: str, budget: int) -> dict[str, Share]:
 
 def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: HeartbeatSettings | None = None) -> NoReturn:
     """Serve until SIGTERM or SIGINT, drain, and end the process (`mmhost hostd`'s own): exit_after."""
+    set_switch_interval(settings.switch_interval_s)
     hostd = Hostd(settings, s3, heartbeat)
     with asyncio.Runner(loop_factory=idle_loop_factory(hostd.loop_idle)) as runner:
         runner.run(exit_after(hostd.run_forever()))

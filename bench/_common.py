@@ -65,15 +65,18 @@ def start_hostd(store: str, workdir: Path, *args: str, env: dict | None = None,
     return proc, addr
 
 
-def start_plain(model_file: Path, name: str, workdir: Path) -> tuple[subprocess.Popen, str]:
+def start_plain(model_file: Path, name: str, workdir: Path, new_session: bool = True) -> tuple[subprocess.Popen, str]:
     """bench/plain_server.py serving `model_file` as `name`: one ORT session on its own event loop, nothing of
-    hostd's (no batcher, no slots, no tenancy). In a session of its own, so that both `stop` and
-    bench/batching.py's `stop_group` end it."""
+    hostd's (no batcher, no slots, no tenancy). In a session of its own by default, so that both `stop` and
+    bench/batching.py's `stop_group` end it; `new_session=False` keeps it in this process's session, where
+    bench/noisy_model.py's hostd and clients are: with the kernel's autogroup scheduling (sched_autogroup_enabled,
+    on in most distributions) every session is a scheduling group, and groups share contended cores equally, so
+    a server in a session of its own would get half the cores against everything else in the bench."""
     port = free_port()
     addr = f"127.0.0.1:{port}"
     log = workdir / f"plain-{port}.log"
     proc = subprocess.Popen([sys.executable, "-m", "bench.plain_server", addr, str(model_file), name],
-                            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+                            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=new_session)
     wait_model_ready(addr, name, proc, log, timeout=120)
     return proc, addr
 

@@ -296,13 +296,16 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                       f"noisy model {live[1]['p50']:.2f}/{live[1]['p99']:.2f} (the event loop and the cores, no model)",
                       flush=True)
             if floor:  # the light model in a process of its own: what the cores alone allow it beside the noisy load
-                plain = start_plain(work / "light.onnx", "light", work)
+                # in this session, as hostd is: a session of its own would be a scheduling group of its own
+                plain = start_plain(work / "light.onnx", "light", work, new_session=False)
+                procs["plain"] = plain[0].pid
                 try:
                     light(plain[1], 1.0, {})
                     phase("own process: light alone", plain[1], {}, None, in_hostd=False)
                     noisy_alone("own process: noisy alone", host, direct["other"], "other")
                     phase("own process: beside noisy", plain[1], {}, direct["other"], noisy_addr=host, in_hostd=False)
                 finally:
+                    procs.pop("plain", None)
                     stop(plain[0])
             for swi in twin:  # a loop of its own inside hostd's process (bench/hostd_twin.py)
                 tport, tm = free_port(), free_port()

@@ -60,7 +60,8 @@ log = logging.getLogger(__name__)
 LOAD_WORKERS = 4  # load threads: loads, unloads and RAM-tier fills at once (the simulator models the same pool)
 
 
-def pick_device(settings: HostdSettings) -> DeviceSpec:
+def pick_device(settings: HostdSettings) -> tuple[DeviceSpec, ExecutionPlan]:
+    """The device and the execution plan on it (the plan read once: it reads the cgroup's CPU limit)."""
     kind = settings.device
     if kind == "auto":
         kind = "cuda" if cuda_available() else "cpu"
@@ -68,7 +69,7 @@ def pick_device(settings: HostdSettings) -> DeviceSpec:
     # the plan's threads: the settings, lowered when slots x threads would oversubscribe the cores
     return DeviceSpec(kind=kind, ort_intra_op_threads=plan.threads, ort_spinning=settings.ort_spinning,
                       torch_threads=plan.threads, ort_wide_threads=plan.wide,
-                      ort_wide_prepacked=settings.wide_prepacked)
+                      ort_wide_prepacked=settings.wide_prepacked), plan
 
 
 def lower_thread_priority(nice: int) -> None:
@@ -102,13 +103,12 @@ class Hostd:
                  heartbeat: HeartbeatSettings | None = None) -> None:
         self.settings = settings
         self.metrics = HostdMetrics()
-        self.device = pick_device(settings)
+        self.device, plan = pick_device(settings)
         self.probe = select_probe(self.device.kind, self.device.index)
         self.storage = open_storage(settings.store, s3)
         self.repo = ModelRepository(self.storage)
         # model threads below the event loop (compute_nice); ORT's own pool threads inherit the loader's value
         nice = (lambda: lower_thread_priority(settings.compute_nice)) if settings.compute_nice else None
-        plan = execution_plan(settings, self.device.kind)
         # one batch thread per execution slot, and one to hand over to while a finished batch's thread returns:
         # batches never run more at once (the gate's slots bound them; a wide batch borrows slots, one thread).
         # Was 32: the pool started threads on the event loop as it went, and handed batches round threads gone

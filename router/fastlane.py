@@ -347,6 +347,8 @@ class FastLane:
             if raw:
                 self._take(raw, pending)
                 time.sleep(DRAIN_S)  # let the next lines queue in the socket, then read them in one go
+                # non-blocking for the drain (the loop's top sets its timeout again): a recv with MSG_DONTWAIT
+                # on a socket with a timeout still waits for that timeout, then raises TimeoutError
                 sock.setblocking(False)
                 while len(pending) < MAX_BATCH:
                     try:

@@ -137,6 +137,11 @@ class HostdSettings(BaseSettings):
         "~0.4 ms of a ~3 ms request at concurrency 1 on 2 cores; a backlog of calls inside gRPC keeps the loop "
         "busy, so under load the batches stay on worker threads",
     )
+    worker_continues_batches: bool = Field(
+        True, description="a worker thread that finishes a batch starts its model's next batch itself when the "
+        "host's dispatch starts one, instead of handing it back through the event loop to another thread wake-up "
+        "(hostd/execution.py; docs/execution.md item 13)",
+    )
     default_max_batch_size: int = Field(
         32, ge=0, description="max_batch_size for models with a dynamic first dimension that name none"
     )

@@ -144,6 +144,7 @@ class Hostd:
             per_model=settings.execution_slots_per_model, unit=settings.fair_unit,
             wide_max_s=WIDE_MAX_S if plan.wide else 0.0,
             loop_idle=self.loop_idle if plan.wide and settings.idle_loop_lone_batches else None,
+            continues=settings.worker_continues_batches,
         )
         # the disk tier's writes and saved graphs run in the background at the lowest priority: on a busy
         # host they wait, rather than slow the loads and requests that follow a cold load

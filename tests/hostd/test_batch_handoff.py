@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -121,3 +122,79 @@ def test_a_shut_down_pool_fails_the_request_instead_of_hanging():
 
     assert asyncio.run(main()) == 2
     assert model.batches == []
+
+
+@pytest.mark.parametrize("continues", [True, False])
+def test_the_worker_that_finished_a_batch_starts_the_next_one_while_the_loop_is_busy(continues):
+    """With `continues` (the default), the model's next batch starts on the thread that ran the last one, as
+    it finishes, even while the event loop is busy (here: blocked); handed back, it waits for the loop."""
+    model = Model()
+
+    async def main():
+        gate = ExecutionGate(2, continues=continues)
+        with ThreadPoolExecutor(2) as pool:
+            r = _runner(model, pool, gate)
+            first = asyncio.ensure_future(r.infer(_req(1.0)))
+            await asyncio.sleep(0.05)  # the first one is running (held in the worker thread)
+            rest = [asyncio.ensure_future(r.infer(_req(10.0 + i, n))) for i, n in enumerate([2, 1])]
+            await asyncio.sleep(0.05)
+            model.release.set()
+            t0 = time.monotonic()
+            while len(model.batches) < 2 and time.monotonic() - t0 < 1.0:
+                time.sleep(0.005)  # the loop is busy: nothing on it runs meanwhile
+            started_while_busy = len(model.batches) >= 2
+            out = await asyncio.gather(first, *rest)
+            await asyncio.wait_for(r.wait_idle(), 5)
+            return started_while_busy, out, gate.free, r.busy
+
+    started_while_busy, out, free, busy = asyncio.run(main())
+    assert started_while_busy is continues
+    assert model.batches == [1, 3]
+    if continues:
+        assert len(model.threads) == 1  # the same worker ran both
+    np.testing.assert_array_equal(out[0]["y"], np.full((1, 2), 2.0))
+    for i, n in enumerate([2, 1]):
+        np.testing.assert_array_equal(out[1 + i]["y"], np.full((n, 2), 2 * (10.0 + i)))
+    assert free == 2 and not busy
+
+
+def test_a_finished_batch_gives_its_slot_to_the_model_waiting_for_one_before_its_own_next_batch():
+    """On a host of one slot, a batch's finish hands the slot to the other model that asked for it first; the
+    worker goes on with nothing of its own (the core decides, not the thread that happens to be free)."""
+    order: list[str] = []
+    release = threading.Event()
+
+    class Logged(Model):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+            self.release = release
+
+        def run(self, inputs, outputs):
+            out = super().run(inputs, outputs)
+            order.append(f"{self.name}{inputs['x'].shape[0]}")
+            return out
+
+    a, b = Logged("a"), Logged("b")
+
+    async def main():
+        gate = ExecutionGate(1)
+        with ThreadPoolExecutor(2) as pool:
+            ra = ModelRunner(tenant="ta", model="a", loaded=a, config=BatchConfig(max_batch_size=8),
+                             limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
+                             metrics=HostdMetrics(), gate=gate)
+            rb = ModelRunner(tenant="tb", model="b", loaded=b, config=BatchConfig(max_batch_size=8),
+                             limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
+                             metrics=HostdMetrics(), gate=gate)
+            first = asyncio.ensure_future(ra.infer(_req(1.0)))
+            await asyncio.sleep(0.05)
+            other = asyncio.ensure_future(rb.infer(_req(2.0)))
+            await asyncio.sleep(0.02)
+            more = [asyncio.ensure_future(ra.infer(_req(3.0))) for _ in range(2)]
+            await asyncio.sleep(0.02)
+            release.set()
+            await asyncio.wait_for(asyncio.gather(first, other, *more), 5)
+            return gate.free
+
+    assert asyncio.run(main()) == 1
+    assert order == ["a1", "b1", "a2"]

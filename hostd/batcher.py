@@ -332,8 +332,15 @@ class ModelRunner:
                 except RuntimeError:  # the loop is closed (hostd is gone): nobody is waiting for the answers
                     pass
                 return
-            step, now, seqs, next_wide = self._gate.finish_here(self, len(items))
-            following = [self._items.pop(s) for s in seqs] if seqs is not None else None
+            try:
+                step, now, seqs, next_wide = self._gate.finish_here(self, len(items))
+                following = [self._items.pop(s) for s in seqs] if seqs is not None else None
+            except Exception as e:  # noqa: BLE001 - a fault in the core: answer the batch; the loop logs it
+                try:
+                    loop.call_soon_threadsafe(self._answer_then_raise, items, outcome[0], e)
+                except RuntimeError:
+                    pass
+                return
             try:
                 loop.call_soon_threadsafe(self._finished_here, items, outcome[0], step, now, following)
             except RuntimeError:  # the loop is closed (hostd is gone): nobody is waiting for the answers
@@ -341,6 +348,15 @@ class ModelRunner:
             if following is None:
                 return
             items, wide = following, next_wide
+
+    def _answer_then_raise(self, items: list[_Item], result: tuple, error: Exception) -> None:
+        """On the event loop: the batch ran but the core's finish step failed in its worker: the requests get
+        their answers, and the error goes to the loop's exception handler (logged), as a failing finish on the
+        loop would."""
+        try:
+            self._answer(items, *result)
+        finally:
+            raise error
 
     def _finished_here(self, items: list[_Item], result: tuple, step: Step, now: float,
                        following: list[_Item] | None) -> None:

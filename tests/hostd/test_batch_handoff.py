@@ -198,3 +198,27 @@ def test_a_finished_batch_gives_its_slot_to_the_model_waiting_for_one_before_its
 
     assert asyncio.run(main()) == 1
     assert order == ["a1", "b1", "a2"]
+
+
+def test_a_fault_in_the_cores_finish_step_on_a_worker_still_answers_the_batch_and_is_logged():
+    model = Model()
+    model.release.set()
+    seen: list[BaseException] = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: seen.append(ctx.get("exception")))
+        gate = ExecutionGate(2)
+
+        def broken(runner, requests):
+            raise RuntimeError("core fault")
+
+        gate.finish_here = broken  # type: ignore[method-assign]
+        with ThreadPoolExecutor(2) as pool:
+            r = _runner(model, pool, gate)
+            out = await asyncio.wait_for(r.infer(_req(4.0)), 5)
+            await asyncio.sleep(0.05)
+            return out
+
+    out = asyncio.run(main())
+    np.testing.assert_array_equal(out["y"], np.full((1, 2), 8.0))
+    assert any(isinstance(e, RuntimeError) and "core fault" in str(e) for e in seen)

@@ -18,6 +18,9 @@ light model on the first (router/host_groups.py): direct, through the router, an
 --no-direct and --no-python-lane leave those phases out (an A/B of the fast lane alone, say); --noisy-direct adds
 a fast-lane phase with the noisy tenant calling hostd directly, so HAProxy carries the light calls alone: the
 difference from the phase before it is what HAProxy's handling of the noisy calls costs the light model.
+The fast-lane phases end with 'mixed lanes' (--no-mixed skips them): the light model of a tenant with quotas,
+which the fast lane leaves to the router's Python lane, alone and beside the unlimited noisy tenant, which
+the fast lane carries: the router's loop then takes in none of the noisy calls.
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
@@ -59,7 +62,8 @@ def build_store(root: Path, work: Path) -> None:
     repo = ModelRepository(LocalStorage(root))
     build_onnx_mlp(work / "noisy.onnx", NOISY_DIMS)
     build_onnx_mlp(work / "light.onnx", LIGHT_DIMS)
-    for tenant, model, f in (("acme", "light", "light"), ("acme", "noisy", "noisy"), ("other", "noisy", "noisy")):
+    for tenant, model, f in (("acme", "light", "light"), ("acme", "noisy", "noisy"), ("other", "noisy", "noisy"),
+                             ("metered", "light", "light")):
         publish_version(repo, onnx_manifest(tenant, model, "1", work / f"{f}.onnx", "model.onnx"),
                         {"model.onnx": work / f"{f}.onnx"})
 
@@ -235,10 +239,13 @@ def start_router(work: Path, host: str, tenants: Path, store: Path, *extra: str,
 def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
         groups: bool = False, passthrough: bool = False, direct_lane: bool = True,
-        python_lane: bool = True, noisy_direct: bool = False) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        python_lane: bool = True, noisy_direct: bool = False,
+        mixed: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result).
     direct_lane / python_lane False: skip the direct phases / the phases through the router's Python lane;
-    noisy_direct: also the light model through the fast lane while the noisy tenant calls hostd directly."""
+    noisy_direct: also the light model through the fast lane while the noisy tenant calls hostd directly;
+    mixed: also, through the router with its fast lane, the light model of a tenant with quotas (the Python lane)
+    beside the unlimited noisy tenant (the fast lane)."""
     from router.tenants import FileTenants
 
     rows: list[tuple[str, dict, Stats | None, dict | None]] = []
@@ -249,21 +256,24 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         tenants = work / "tenants.json"
         reg = FileTenants(tenants)
         keys = {t: reg.create(t, "unlimited") for t in ("acme", "other")}
+        # a tenant with quotas (far above what its light client asks): the router's Python lane serves it
+        keys["metered"] = reg.create("metered", "standard", {"rate": 100000, "burst": 100000, "max_concurrency": 64})
         mport = free_port()
         hostd, host = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant", "acme",
                                   "--metrics-port", str(mport), *hostd_args)
         router = None
         procs: dict[str, int] = {}  # the router (and its HAProxy) in use, for CpuWindow
         try:
-            direct = {"acme": {TENANT_HEADER: "acme"}, "other": {TENANT_HEADER: "other"}}
-            for t, m in (("acme", "light"), ("acme", "noisy"), ("other", "noisy")):  # load all, warm up
+            direct = {t: {TENANT_HEADER: t} for t in ("acme", "other", "metered")}
+            for t, m in (("acme", "light"), ("acme", "noisy"), ("other", "noisy"), ("metered", "light")):  # load all, warm up
                 for _ in range(3):
                     asyncio.run(closed_loop(host, m, "input", _x(NOISY_DIMS if m == "noisy" else LIGHT_DIMS), 4,
                                             0.3, warmup_s=0.0, headers=direct[t]))
 
             def phase(name: str, addr: str, light_h: dict, noisy_h: dict | None, noisy_addr: str | None = None,
-                      in_hostd: bool = True, lag_port: int | None = None) -> None:
-                before = stats(host, "light", "acme") if in_hostd else None  # hostd's statistics: its light model only
+                      in_hostd: bool = True, lag_port: int | None = None, light_tenant: str = "acme") -> None:
+                # hostd's statistics: its light model only
+                before = stats(host, "light", light_tenant) if in_hostd else None
                 p = start_noisy(noisy_addr or addr, seconds + 1.0, noisy_h) if noisy_h is not None else None
                 if p is not None:
                     time.sleep(1.0)  # the noisy client is started and at full load
@@ -276,7 +286,8 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 r["cpu"] = cpu.stop()
                 r["loop_lag_p99"] = lag_quantile(lag0, loop_lag(lag_port or mport))
                 nz = noisy_result(p) if p is not None else None
-                rows.append((name, r, stats(host, "light", "acme").minus(before) if before is not None else None, nz))
+                rows.append((name, r, stats(host, "light", light_tenant).minus(before) if before is not None else None,
+                             nz))
 
             def noisy_alone(name: str, addr: str, h: dict, tenant: str, on: str | None = None) -> None:
                 before = stats(on or host, "noisy", tenant)
@@ -366,6 +377,12 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                 phase("fast lane: beside unlimited noisy tenant", faddr, via["acme"], via["other"])
                 if noisy_direct:  # HAProxy carries the light calls only: what its own share of the noisy load costs
                     phase("fast lane: beside noisy sent to hostd", faddr, via["acme"], direct["other"], noisy_addr=host)
+                if mixed:  # a tenant with quotas takes the Python lane, the unlimited noisy one the fast lane
+                    light(faddr, 1.0, via["metered"])  # warm-up through the router's Python lane
+                    phase("mixed lanes: light alone", faddr, via["metered"], None, light_tenant="metered")
+                    noisy_alone("mixed lanes: noisy alone", faddr, via["other"], "other")
+                    phase("mixed lanes: beside unlimited noisy tenant", faddr, via["metered"], via["other"],
+                          light_tenant="metered")
         finally:
             if router is not None:
                 stop(router)
@@ -493,6 +510,8 @@ def main() -> None:
     ap.add_argument("--no-python-lane", action="store_true", help="skip the phases through the router's Python lane")
     ap.add_argument("--noisy-direct", action="store_true", help="also the light model through the fast lane with "
                     "the noisy tenant calling hostd directly (HAProxy's own share of the light model's wait)")
+    ap.add_argument("--no-mixed", action="store_true", help="skip the fast lane's 'mixed lanes' phases (a tenant with "
+                    "quotas on the Python lane beside the unlimited noisy tenant on the fast lane)")
     ap.add_argument("--groups", action="store_true", help="also the phases with the noisy models on a second hostd of "
                     "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
     ap.add_argument("--passthrough", action="store_true", help="also the phases through bench/passthrough.py, a "
@@ -502,7 +521,7 @@ def main() -> None:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
                tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane,
-               args.noisy_direct)
+               args.noisy_direct, not args.no_mixed)
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

@@ -222,3 +222,80 @@ def test_a_fault_in_the_cores_finish_step_on_a_worker_still_answers_the_batch_an
     out = asyncio.run(main())
     np.testing.assert_array_equal(out["y"], np.full((1, 2), 8.0))
     assert any(isinstance(e, RuntimeError) and "core fault" in str(e) for e in seen)
+
+
+class Sleepy(LoadedModel):
+    """Doubles its input after a short random sleep (the GIL released, as a runtime's run releases it)."""
+
+    def __init__(self, seed: int, low_s: float = 0.0, high_s: float = 0.002) -> None:
+        self.device = DeviceSpec(kind="cpu")
+        self.rng = np.random.default_rng(seed)
+        self.low_s, self.high_s = low_s, high_s
+        self.batches = 0
+
+    def run(self, inputs, outputs):
+        time.sleep(float(self.rng.uniform(self.low_s, self.high_s)))
+        self.batches += 1
+        return {"y": inputs["x"] * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def test_under_load_from_two_models_every_request_gets_its_own_rows_and_every_slot_comes_back():
+    """Workers that continue their models' batches, two models on two slots, requests arriving all the while:
+    no request gets another's rows, none is lost, and the host ends with every slot free."""
+    rng = np.random.default_rng(7)
+    plan = [(int(rng.integers(0, 2)), int(rng.integers(1, 4)), float(i)) for i in range(400)]
+
+    async def main():
+        gate = ExecutionGate(2)
+        with ThreadPoolExecutor(3) as pool:
+            models = [Sleepy(1), Sleepy(2)]
+            runners = [ModelRunner(tenant=f"t{i}", model=f"m{i}", loaded=m, config=BatchConfig(max_batch_size=8),
+                                   limits=QueueLimits(max_queue_size=1000), instances=1, pool=pool,
+                                   stats=ModelStats(), metrics=HostdMetrics(), gate=gate)
+                       for i, m in enumerate(models)]
+
+            async def one(which: int, rows: int, v: float):
+                await asyncio.sleep(float(rng.uniform(0, 0.2)))
+                return await runners[which].infer(_req(v, rows))
+
+            out = await asyncio.wait_for(asyncio.gather(*(one(*p) for p in plan)), 30)
+            for r in runners:
+                await asyncio.wait_for(r.wait_idle(), 5)
+            return out, gate.free, [m.batches for m in models]
+
+    out, free, batches = asyncio.run(main())
+    for (_, rows, v), res in zip(plan, out, strict=True):
+        np.testing.assert_array_equal(res["y"], np.full((rows, 2), 2 * v))
+    assert free == 2
+    assert all(b > 0 for b in batches) and sum(batches) < len(plan)  # batched, on both models
+
+
+def test_unloading_a_model_while_its_worker_continues_answers_or_refuses_every_request():
+    """close() while the worker goes on from batch to batch: each request is answered with its own rows or
+    refused UNAVAILABLE (unloaded), nothing hangs, and the slot comes back."""
+    from ground.errors import Unavailable
+
+    async def main():
+        gate = ExecutionGate(2)
+        with ThreadPoolExecutor(2) as pool:
+            r = _runner(Sleepy(3, 0.002, 0.003), pool, gate)  # type: ignore[arg-type]  # 8 batches: >= 16 ms
+            tasks = [asyncio.ensure_future(r.infer(_req(float(i)))) for i in range(60)]
+            await asyncio.sleep(0.004)
+            r.close()
+            out = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+            await asyncio.wait_for(r.wait_idle(), 5)
+            return out, gate.free
+
+    out, free = asyncio.run(main())
+    answered = 0
+    for i, res in enumerate(out):
+        if isinstance(res, BaseException):
+            assert isinstance(res, Unavailable), res
+        else:
+            np.testing.assert_array_equal(res["y"], np.full((1, 2), 2.0 * i))
+            answered += 1
+    assert 0 < answered < len(out)
+    assert free == 2

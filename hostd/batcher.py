@@ -51,6 +51,16 @@ INLINE_AFTER = 8
 # the loop woke from idle, once per wake (ground/loopidle.py), which a backlog in gRPC never lets happen.
 
 
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable, *args) -> bool:
+    """`fn(*args)` on the loop, from a worker thread; False when the loop is closed (hostd is gone: nobody is
+    waiting for the answers)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+        return True
+    except RuntimeError:
+        return False
+
+
 @dataclass(slots=True)
 class _Item:
     arrival: float
@@ -326,28 +336,18 @@ class ModelRunner:
                 outcome: tuple = (self._run_batch(items, wide), None)
             except Exception as e:  # noqa: BLE001 - the model failed: every request in the batch gets the error
                 outcome = (None, e)
-            if outcome[1] is not None or not self._gate.continues or self._closed or self._inline():
+            taken = following = None
+            if outcome[1] is None and self._gate.continues and not self._closed and not self._inline():
                 try:
-                    loop.call_soon_threadsafe(self._finish, items, *outcome)
-                except RuntimeError:  # the loop is closed (hostd is gone): nobody is waiting for the answers
-                    pass
+                    step, now, seqs, wide = self._gate.finish_here(self, len(items))
+                    following = [self._items.pop(s) for s in seqs] if seqs is not None else None
+                    taken = (step, now, following)
+                except Exception as e:  # noqa: BLE001 - a fault in the core: answer the batch; the loop logs it
+                    _post(loop, self._answer_then_raise, items, outcome[0], e)
+                    return
+            if not _post(loop, self._finish, items, *outcome, taken) or following is None:
                 return
-            try:
-                step, now, seqs, next_wide = self._gate.finish_here(self, len(items))
-                following = [self._items.pop(s) for s in seqs] if seqs is not None else None
-            except Exception as e:  # noqa: BLE001 - a fault in the core: answer the batch; the loop logs it
-                try:
-                    loop.call_soon_threadsafe(self._answer_then_raise, items, outcome[0], e)
-                except RuntimeError:
-                    pass
-                return
-            try:
-                loop.call_soon_threadsafe(self._finished_here, items, outcome[0], step, now, following)
-            except RuntimeError:  # the loop is closed (hostd is gone): nobody is waiting for the answers
-                return
-            if following is None:
-                return
-            items, wide = following, next_wide
+            items = following
 
     def _answer_then_raise(self, items: list[_Item], result: tuple, error: Exception) -> None:
         """On the event loop: the batch ran but the core's finish step failed in its worker: the requests get
@@ -358,22 +358,11 @@ class ModelRunner:
         finally:
             raise error
 
-    def _finished_here(self, items: list[_Item], result: tuple, step: Step, now: float,
-                       following: list[_Item] | None) -> None:
-        """On the event loop, for a batch whose worker already took the core's finish step (`_work`): answer
-        its requests, record the queue time of the batch the worker went on to, carry out the rest of the step."""
-        try:
-            self._answer(items, *result)
-        except Exception as e:  # noqa: BLE001 - answering failed: every request in the batch gets the error
-            self._fail_batch(items, e)
-        finally:
-            if following is not None:
-                self._record_queue(following, now)
-            self._gate.apply_finished(step)
-            self._changed()
-
-    def _finish(self, items: list[_Item], result: tuple | None, error: Exception | None) -> None:
-        """On the event loop: answer the batch's requests (or fail them), then free its executor and slot."""
+    def _finish(self, items: list[_Item], result: tuple | None, error: Exception | None,
+                taken: tuple[Step, float, list[_Item] | None] | None = None) -> None:
+        """On the event loop: answer the batch's requests (or fail them), then free its executor and slot; or,
+        when its worker already took the core's finish step (`taken`: the step, its time and the batch the
+        worker went on to, `_work`), record that batch's queue time and carry out the rest of the step."""
         try:
             if error is not None:
                 self._fail_batch(items, error)
@@ -383,7 +372,13 @@ class ModelRunner:
         except Exception as e:  # noqa: BLE001 - answering failed: every request in the batch gets the error
             self._fail_batch(items, e)
         finally:
-            self._gate.finish(self, len(items))  # frees the executor and the slot; starts what can start
+            if taken is None:
+                self._gate.finish(self, len(items))  # frees the executor and the slot; starts what can start
+            else:
+                step, now, following = taken
+                if following is not None:
+                    self._record_queue(following, now)
+                self._gate.apply_finished(step)
             self._changed()
 
     def _run_batch(self, items: list[_Item], wide: bool = False) -> tuple[list[dict[str, np.ndarray]], int, int, int]:

@@ -50,10 +50,11 @@ def _req(v: float, rows: int = 1) -> DecodedRequest:
                           shape_key=(), nbytes=8 * rows)
 
 
-def _runner(model: Model, pool, gate: ExecutionGate) -> ModelRunner:
-    return ModelRunner(tenant="t", model="m", loaded=model, config=BatchConfig(max_batch_size=8),
-                       limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
-                       metrics=HostdMetrics(), gate=gate)
+def _runner(model: LoadedModel, pool, gate: ExecutionGate, tenant: str = "t", name: str = "m",
+            max_queue_size: int = 100) -> ModelRunner:
+    return ModelRunner(tenant=tenant, model=name, loaded=model, config=BatchConfig(max_batch_size=8),
+                       limits=QueueLimits(max_queue_size=max_queue_size), instances=1, pool=pool,
+                       stats=ModelStats(), metrics=HostdMetrics(), gate=gate)
 
 
 async def _first_then_batch(r: ModelRunner, model: Model, rows: list[int]):
@@ -180,12 +181,7 @@ def test_a_finished_batch_gives_its_slot_to_the_model_waiting_for_one_before_its
     async def main():
         gate = ExecutionGate(1)
         with ThreadPoolExecutor(2) as pool:
-            ra = ModelRunner(tenant="ta", model="a", loaded=a, config=BatchConfig(max_batch_size=8),
-                             limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
-                             metrics=HostdMetrics(), gate=gate)
-            rb = ModelRunner(tenant="tb", model="b", loaded=b, config=BatchConfig(max_batch_size=8),
-                             limits=QueueLimits(max_queue_size=100), instances=1, pool=pool, stats=ModelStats(),
-                             metrics=HostdMetrics(), gate=gate)
+            ra, rb = _runner(a, pool, gate, "ta", "a"), _runner(b, pool, gate, "tb", "b")
             first = asyncio.ensure_future(ra.infer(_req(1.0)))
             await asyncio.sleep(0.05)
             other = asyncio.ensure_future(rb.infer(_req(2.0)))
@@ -252,10 +248,7 @@ def test_under_load_from_two_models_every_request_gets_its_own_rows_and_every_sl
         gate = ExecutionGate(2)
         with ThreadPoolExecutor(3) as pool:
             models = [Sleepy(1), Sleepy(2)]
-            runners = [ModelRunner(tenant=f"t{i}", model=f"m{i}", loaded=m, config=BatchConfig(max_batch_size=8),
-                                   limits=QueueLimits(max_queue_size=1000), instances=1, pool=pool,
-                                   stats=ModelStats(), metrics=HostdMetrics(), gate=gate)
-                       for i, m in enumerate(models)]
+            runners = [_runner(m, pool, gate, f"t{i}", f"m{i}", max_queue_size=1000) for i, m in enumerate(models)]
 
             async def one(which: int, rows: int, v: float):
                 await asyncio.sleep(float(rng.uniform(0, 0.2)))
@@ -281,7 +274,7 @@ def test_unloading_a_model_while_its_worker_continues_answers_or_refuses_every_r
     async def main():
         gate = ExecutionGate(2)
         with ThreadPoolExecutor(2) as pool:
-            r = _runner(Sleepy(3, 0.002, 0.003), pool, gate)  # type: ignore[arg-type]  # 8 batches: >= 16 ms
+            r = _runner(Sleepy(3, 0.002, 0.003), pool, gate)  # 8 batches: >= 16 ms
             tasks = [asyncio.ensure_future(r.infer(_req(float(i)))) for i in range(60)]
             await asyncio.sleep(0.004)
             r.close()

@@ -379,6 +379,15 @@ class RouterSettings(BaseSettings):
     fast_lane_check_interval_s: float = Field(1.0, gt=0, description="HAProxy's health checks of each host (TCP)")
     fast_lane_max_hosts: int = Field(64, ge=1, le=4096, description="hosts the fast lane can route to (HAProxy "
                                      "server slots); more hosts than this are served by the Python lane alone")
+    fast_lane_workers: int = Field(
+        0, ge=0, le=32, description="with fast_lane=haproxy: this many more router processes for the Python lane, "
+        "each with an event loop of its own; HAProxy sends each tenant's ModelInfer calls to one of them or to this "
+        "router, the busiest tenants to lanes of their own (router/lane_policy.py), so that one tenant's calls do "
+        "not queue ahead of another's in one loop. Worker N logs to access_log.wN and serves metrics on "
+        "metrics_port + N (router/lane_workers.py, docs/fast-lane.md)")
+    fast_lane_rebalance_ratio: float = Field(
+        1.1, ge=1.0, description="Python-lane workers: tenants move between router processes only when that lowers "
+        "the busiest process's requests/s by more than this factor")
 
     hot_queue_depth: int = Field(8, ge=0, description="outstanding requests per copy that make a model hot")
     hot_rps_per_copy: float = Field(0.0, ge=0, description="requests/s per copy that make a model hot; 0 = off")

@@ -131,6 +131,9 @@ def register(app: typer.Typer) -> None:
                                        "their API key (`mmhost upload --router`), into --store"),
         fast_lane: str = setting_option(R, "fast_lane", "--fast-lane", help="haproxy: HAProxy serves --listen and "
                                         "sends unlimited tenants' calls to READY models straight to the host"),
+        fast_lane_workers: int = setting_option(R, "fast_lane_workers", "--fast-lane-workers",
+                                                help="with --fast-lane haproxy: more router processes for the Python "
+                                                "lane; busy tenants get one of their own"),
         log_level: str = typer.Option("INFO", help="logging level"),
     ) -> None:
         """Serve the v2 / Triton gRPC protocol to tenants and route to host daemons."""
@@ -143,7 +146,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "listen": listen, "rest_listen": rest_listen, "redis_url": redis, "tenants_file": tenants, "store": store,
             "metrics_port": metrics_port, "access_log": access_log, "refresh_interval_s": refresh_interval,
-            "plaintext": plaintext, "uploads": uploads, "fast_lane": fast_lane,
+            "plaintext": plaintext, "uploads": uploads, "fast_lane": fast_lane, "fast_lane_workers": fast_lane_workers,
             "hosts": [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
         }
         serve(RouterSettings(**{k: v for k, v in overrides.items() if v is not None}), S3Settings())

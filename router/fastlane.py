@@ -35,12 +35,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from ipaddress import ip_address
 from pathlib import Path
 
 from ground.cpus import usable_cpus
 from ground.tls import TLSFiles
-from router.fastlane_config import (FastLaneConfig, FastRecord, batches, map_commands, parse_log_line, render_config,
+from router.fastlane_config import (LANES_TABLE, FastLaneConfig, FastRecord, batches, map_commands, parse_lane_rates,
+                                    parse_log_line, render_config, worker_commands,
                                     route_table, slot_commands, slot_name)
 from router.placement_policy import HostView
 
@@ -79,7 +81,7 @@ class FastLane:
     def __init__(self, *, listen: str, router: str, binary: str = "", buffer_bytes: int = 65536, maxconn: int = 4096,
                  threads: int = 0, check_interval_s: float = 1.0, max_hosts: int = 64,
                  listen_tls: tuple[str, str] | None = None, hostd_tls: tuple[str, str, str, str] | None = None,
-                 on_records: Callable[[list[FastRecord]], None]) -> None:
+                 workers: Sequence[str] = (), on_records: Callable[[list[FastRecord]], None]) -> None:
         """`listen_tls`: (certificate, key) tenants see on `listen`; `hostd_tls`: (CA, client certificate,
         client key, the name hostd certificates carry) for mutual TLS to hostds. HAProxy wants a certificate
         and its key in one file: both are copied into the private directory (0600), at start and again whenever
@@ -107,7 +109,8 @@ class FastLane:
                                   keys_map=str(self.dir / "keys.map"), routes_map=str(self.dir / "routes.map"),
                                   buffer_bytes=buffer_bytes, maxconn=maxconn,
                                   threads=threads or min(64, usable_cpus()),
-                                  check_interval_s=check_interval_s, max_hosts=max_hosts, listen_pem=listen_pem, hostd_tls=upstream)
+                                  check_interval_s=check_interval_s, max_hosts=max_hosts, listen_pem=listen_pem, hostd_tls=upstream,
+                                  workers=tuple(workers), lanes_map=str(self.dir / "lanes.map"))
         self.on_records = on_records
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -165,6 +168,7 @@ class FastLane:
         self._no_slot: set[str] = set()
         self.keys: dict[str, str] = {}
         self.routes: dict[str, str] = {}
+        self.lanes: dict[str, str] = {}  # key hash -> Python-lane worker backend (fast_lane_workers)
 
     @property
     def up(self) -> bool:
@@ -180,7 +184,7 @@ class FastLane:
         self._loop = asyncio.get_running_loop()
         cfg_path = self.dir / "haproxy.cfg"
         cfg_path.write_text(render_config(self.cfg))
-        for m in (self.cfg.keys_map, self.cfg.routes_map):
+        for m in (self.cfg.keys_map, self.cfg.routes_map, self.cfg.lanes_map):
             Path(m).write_text("")
         check = await asyncio.to_thread(subprocess.run, [self.binary, "-c", "-q", "-f", str(cfg_path)],
                                         capture_output=True, text=True)
@@ -278,8 +282,25 @@ class FastLane:
         ip = infos[0][4][0]
         return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
+    async def set_worker(self, index: int, address: str) -> None:
+        """A restarted Python-lane worker's address, to its backend (and to the configuration a restarted
+        HAProxy reads)."""
+        workers = list(self.cfg.workers)
+        workers[index - 1] = address
+        self.cfg = replace(self.cfg, workers=tuple(workers))
+        if self.up:
+            problems = await self._run(worker_commands(index, address))
+            if problems:
+                log.warning("fast lane: HAProxy said: %s", "; ".join(problems[:5]))
+
+    async def lane_rates(self) -> dict[str, float]:
+        """key hash -> Python-lane ModelInfer calls/s lately (HAProxy's stick table; {} without workers)."""
+        if not self.cfg.workers:
+            return {}
+        return parse_lane_rates(await self.command(f"show table {LANES_TABLE}"))
+
     async def sync(self, eligible: Sequence[HostView], keys: Mapping[str, str], fast_tenants: frozenset[str],
-                   groups: Mapping[str, str] | None = None) -> None:
+                   groups: Mapping[str, str] | None = None, lanes: Mapping[str, str] | None = None) -> None:
         """Make HAProxy's servers, keys and routes what the router's views say (only the differences are sent).
         A host that leaves the view is put in maintenance; its slot stays its own (it may come back) until
         another host needs a slot and none is free."""
@@ -310,9 +331,11 @@ class FastLane:
             names = {a: n for a, n in self.servers.items() if a in up}
             wanted_keys = {h: t for h, t in keys.items() if t in fast_tenants}
             wanted_routes = route_table(eligible, fast_tenants, names, groups)
+            wanted_lanes = dict(lanes or {}) if self.cfg.workers else {}
             problems += await self._run(map_commands(self.cfg.keys_map, self.keys, wanted_keys)
-                                        + map_commands(self.cfg.routes_map, self.routes, wanted_routes))
-            self.keys, self.routes = wanted_keys, wanted_routes
+                                        + map_commands(self.cfg.routes_map, self.routes, wanted_routes)
+                                        + map_commands(self.cfg.lanes_map, self.lanes, wanted_lanes))
+            self.keys, self.routes, self.lanes = wanted_keys, wanted_routes, wanted_lanes
             if problems:
                 log.warning("fast lane: HAProxy said: %s", "; ".join(problems[:5]))
 

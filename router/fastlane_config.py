@@ -72,6 +72,8 @@ class FastLaneConfig:
     max_hosts: int = 64  # server slots in backend `hosts`; hosts past them are served by the Python lane only
     listen_pem: str = ""  # tenant TLS on listen: certificate + key in one file ('' = plaintext)
     hostd_tls: tuple[str, str, str] | None = None  # mutual TLS to hostds: (CA file, client cert + key file, name)
+    workers: tuple[str, ...] = ()  # Python-lane workers' addresses (router/lane_workers.py): backends w1..wN
+    lanes_map: str = ""  # key hash -> worker backend (filled through the runtime API, router/lane_policy.py)
 
 
 # HAProxy's own refusal when no host is up: UNAVAILABLE no_host, as the Python lane says it
@@ -96,6 +98,7 @@ def render_config(c: FastLaneConfig) -> str:
     slots = "".join(f"    server {slot_name(i)} 127.0.0.1:1 proto h2 disabled check inter {_ms(c.check_interval_s)} "
                     f"fall 2 rise 1{tls}\n" for i in range(c.max_hosts))
     bind = f"{c.listen} ssl crt {c.listen_pem} alpn h2" if c.listen_pem else f"{c.listen} proto h2"
+    lane_rules, lane_use, lane_backends = _lanes(c)
     return f"""# written by the mmhost router at start (router/fastlane_config.py); do not edit
 global
     nbthread {c.threads}
@@ -116,15 +119,16 @@ frontend tenants
     option http-buffer-request
     acl infer path {INFER_PATH}
     acl bearer req.hdr(authorization),word(1,' '),lower -m str bearer
-    http-request set-var(txn.tenant) req.hdr(authorization),word(2,' '),sha2(256),hex,lower,map({c.keys_map}) if infer bearer
+    http-request set-var(txn.khash) req.hdr(authorization),word(2,' '),sha2(256),hex,lower if infer bearer
+    http-request set-var(txn.tenant) var(txn.khash),map({c.keys_map}) if {{ var(txn.khash) -m found }}
     http-request set-var(txn.model) req.body,ungrpc(1) if {{ var(txn.tenant) -m found }}
     http-request set-var(txn.version) req.body,ungrpc(2) if {{ var(txn.model) -m found }}
     http-request set-var(txn.rkey) var(txn.tenant),concat(/,txn.model,/),concat(,txn.version,) if {{ var(txn.model) -m found }}
     http-request set-var(txn.route) var(txn.rkey),map({c.routes_map}) if {{ var(txn.rkey) -m found }}
     http-request set-log-level silent unless {{ var(txn.route) -m found }}
-    log-format "{LOG_FORMAT}"
+{lane_rules}    log-format "{LOG_FORMAT}"
     use_backend hosts if {{ var(txn.route) -m found }}
-    default_backend router
+{lane_use}    default_backend router
 backend hosts
     http-request set-var(txn.rid) req.body,ungrpc(3),bytes(0,128),url_enc
     http-request del-header mmhost-tenant
@@ -143,7 +147,61 @@ backend hosts
     {NO_HOST_REPLY}
 {slots}backend router
     server router {c.router} proto h2
-"""
+{lane_backends}"""
+
+
+LANES_TABLE = "lanes"  # Python-lane ModelInfer calls per key hash: http_req_rate over LANE_RATE_PERIOD_S
+LANE_RATE_PERIOD_S = 2
+
+
+def lane_backend(i: int) -> str:
+    return f"w{i}"
+
+
+def _lanes(c: FastLaneConfig) -> tuple[str, str, str]:
+    """The frontend's rules and the backends for Python-lane workers ('' without workers). Each Python-lane
+    ModelInfer is counted by key hash in a stick table (the rates the router reads back to assign tenants), and
+    sent to the worker the `lanes` map names, else to the router. A worker's backend has the router as backup:
+    while a worker is down (health checks), its tenants are served by the router itself."""
+    if not c.workers:
+        return "", "", ""
+    py = "{ var(txn.khash) -m found } !{ var(txn.route) -m found }"
+    rules = (f"    http-request track-sc0 var(txn.khash) table {LANES_TABLE} if {py}\n"
+             f"    http-request set-var(txn.lane) var(txn.khash),map({c.lanes_map}) if {py}\n")
+    use = "    use_backend %[var(txn.lane)] if { var(txn.lane) -m found }\n"
+    backends = (f"backend {LANES_TABLE}\n    stick-table type string len 64 size 1m expire 30s "
+                f"store http_req_rate({LANE_RATE_PERIOD_S}s)\n")
+    for i, addr in enumerate(c.workers, 1):
+        name = lane_backend(i)
+        backends += (f"backend {name}\n    option redispatch\n    retries 1\n    retry-on conn-failure\n"
+                     f"    server {name} {addr} proto h2 check inter {_ms(c.check_interval_s)} fall 1 rise 1\n"
+                     f"    server router {c.router} proto h2 backup\n")
+    return rules, use, backends
+
+
+def worker_commands(i: int, target: str) -> list[str]:
+    """Point worker i's server at a (re)started worker's address."""
+    ip, _, port = target.rpartition(":")
+    name = lane_backend(i)
+    return [f"set server {name}/{name} addr {ip} port {port}", f"enable server {name}/{name}"]
+
+
+def parse_lane_rates(table: str) -> dict[str, float]:
+    """`show table lanes` -> key hash -> Python-lane ModelInfer calls per second."""
+    out: dict[str, float] = {}
+    for line in table.splitlines():
+        key = rate = None
+        for field in line.split():
+            if field.startswith("key="):
+                key = field[4:]
+            elif field.startswith("http_req_rate(") and "=" in field:
+                rate = field.rsplit("=", 1)[1]
+        if key and rate is not None:
+            try:
+                out[key] = int(rate) / LANE_RATE_PERIOD_S
+            except ValueError:
+                continue
+    return out
 
 
 def slot_name(i: int) -> str:

@@ -100,6 +100,18 @@ class RouterMetrics:
         self.fast_lane_log_dropped = Gauge("mmhost_router_fast_lane_log_dropped", "Fast lane: log lines HAProxy "
                                            "dropped since it started (a full pipe to the router): those requests "
                                            "are missing from the access log and the request series", registry=None)
+        # fast_lane_workers > 0 only (registered by lane_workers_mode(); router/lane_workers.py)
+        self.lane_workers_up = Gauge("mmhost_router_lane_workers_up", "Python-lane workers serving (router "
+                                     "processes behind HAProxy besides this one)", registry=None)
+        self.lane_worker_restarts = Counter("mmhost_router_lane_worker_restarts_total", "Python-lane workers that "
+                                            "exited and were started again", registry=None)
+        self.lane_tenants = Gauge("mmhost_router_lane_tenants", "Tenants whose Python-lane calls each router "
+                                  "process serves (lane 0: this router)", ["lane"], registry=None)
+        self.lane_rate = Gauge("mmhost_router_lane_requests_per_second", "Python-lane ModelInfer calls/s each router "
+                               "process serves, as HAProxy counted them lately (lane 0: this router)", ["lane"],
+                               registry=None)
+        self.lane_moves = Counter("mmhost_router_lane_moves_total", "Tenants moved from one Python-lane router "
+                                  "process to another (router/lane_policy.py)", registry=None)
         register_process_collectors(r)
 
     def answered(self, tenant: str, model: str, status: str, seconds: float) -> None:
@@ -120,6 +132,11 @@ class RouterMetrics:
         """Export the fast lane's series (a router with fast_lane=haproxy)."""
         for m in (self.fast_lane_up, self.fast_lane_routes, self.fast_lane_requests, self.fast_lane_restarts,
                   self.fast_lane_syncs, self.fast_lane_log_dropped, self.fast_lane_tls_reloads):
+            self.registry.register(m)
+
+    def lane_workers_mode(self) -> None:
+        """Export the Python-lane workers' series (fast_lane_workers > 0)."""
+        for m in (self.lane_workers_up, self.lane_worker_restarts, self.lane_tenants, self.lane_rate, self.lane_moves):
             self.registry.register(m)
 
     def redis_mode(self) -> None:

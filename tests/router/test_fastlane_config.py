@@ -6,8 +6,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from router.fastlane_config import (FastLaneConfig, batches, map_commands, parse_log_line, ready_version,
-                                    render_config, route_key, route_table, slot_commands)
+import pytest
+
+from router.fastlane_config import (FastLaneConfig, batches, map_commands, parse_lane_rates, parse_log_line,
+                                    ready_version, render_config, route_key, route_table, slot_commands,
+                                    worker_commands)
 from router.placement_policy import HostView, ModelLoad, Residency
 
 READY, LOADING = Residency.READY, Residency.LOADING
@@ -81,17 +84,34 @@ def test_the_served_version_of_a_call_for_the_latest():
     assert ready_version(v, "t", "x") == "" and ready_version(None, "t", "m") == ""
 
 
-def test_haproxy_accepts_the_configuration(tmp_path):
+@pytest.mark.parametrize("workers", [(), ("127.0.0.1:4", "127.0.0.1:5")])
+def test_haproxy_accepts_the_configuration(tmp_path, workers):
     exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
     cfg = FastLaneConfig(listen="127.0.0.1:1", router="127.0.0.1:2", admin_socket=str(tmp_path / "a.sock"),
                          log_target="127.0.0.1:3",
-                         keys_map=str(tmp_path / "k.map"), routes_map=str(tmp_path / "r.map"))
-    (tmp_path / "k.map").write_text("")
-    (tmp_path / "r.map").write_text("")
-    (tmp_path / "h.cfg").write_text(render_config(cfg))
+                         keys_map=str(tmp_path / "k.map"), routes_map=str(tmp_path / "r.map"),
+                         workers=workers, lanes_map=str(tmp_path / "l.map"))
+    for m in ("k", "r", "l"):
+        (tmp_path / f"{m}.map").write_text("")
+    text = render_config(cfg)
+    assert ("backend w2" in text) == bool(workers) and ("backend w3" not in text)
+    (tmp_path / "h.cfg").write_text(text)
     out = subprocess.run([exe, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "[WARNING]" not in out.stderr, out.stderr  # a rule HAProxy would ignore or reorder is a bug here
+
+
+def test_lane_rates_read_back_from_haproxys_table():
+    table = ("# table: lanes, type: string, size:1048576, used:2\n"
+             "0x55d1e0: key=aa11 use=0 exp=29871 http_req_rate(2000)=840\n"
+             "0x55d1e8: key=bb22 use=1 exp=29990 shard=0 http_req_rate(2000)=7\n\n")
+    assert parse_lane_rates(table) == {"aa11": 420.0, "bb22": 3.5}
+    assert parse_lane_rates("") == {}
+
+
+def test_a_restarted_worker_gets_its_address_in_its_own_backend():
+    assert worker_commands(2, "127.0.0.1:4567") == ["set server w2/w2 addr 127.0.0.1 port 4567",
+                                                     "enable server w2/w2"]
 
 
 def _haproxy_nbthread(tmp_path, threads: int) -> int:

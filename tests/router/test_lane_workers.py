@@ -1,0 +1,196 @@
+"""Python-lane workers on real processes: a router with fast_lane=haproxy and fast_lane_workers=1 (HAProxy in
+front, one more router process beside the router) over one hostd in embedded mode. Two tenants with quotas
+(so the Python lane serves them) calling at once end up on different router processes, each call served by one
+process only; a worker killed under traffic is started again while its tenant is served by the router; the
+workers end with the router, even when the router is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from catalog.publish import publish_version
+from catalog.repository import ModelRepository
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest
+from router.tenants import FileTenants
+from storage_adapters.local import LocalStorage
+from tests.hostd_proc import HostdProc, metric_value
+from tests.router.conftest import IN_DIM, auth, infer_request
+from tests.router.router_proc import RouterProc
+from tests.router.test_cluster import wait_until
+from tests.router.test_fast_lane import access
+
+pytestmark = pytest.mark.timeout(180)
+
+GENEROUS = {"rate": 100000.0, "burst": 100000}  # a quota, so the Python lane serves them, that never refuses
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    work = tmp_path_factory.mktemp("lane-workers")
+    build_onnx_mlp(work / "m.onnx", (IN_DIM, 16, 4))
+    repo = ModelRepository(LocalStorage(work / "store"))
+    tenants = FileTenants(work / "tenants.json")
+    keys = {}
+    for tenant in ("busy", "quiet"):
+        publish_version(repo, onnx_manifest(tenant, "m", "1", work / "m.onnx", "model.onnx"),
+                        {"model.onnx": work / "m.onnx"})
+        keys[tenant] = tenants.create(tenant, overrides=GENEROUS)
+    return work, keys
+
+
+def start(work: Path, host: HostdProc) -> RouterProc:
+    return RouterProc(work, ["--hosts", host.addr, "--tenants", str(work / "tenants.json"), "--store",
+                             str(work / "store"), "--refresh-interval", "0.2", "--fast-lane", "haproxy",
+                             "--fast-lane-workers", "1"],
+                      env={"MMHOST_ROUTER_FAST_LANE_CHECK_INTERVAL_S": "0.2"})
+
+
+@pytest.fixture(scope="module")
+def cluster(store):
+    work, keys = store
+    host = HostdProc(str(work / "store"), work, tenant="nobody")
+    router = start(work, host)
+    yield work, router, keys
+    router.stop()
+    host.stop()
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+def worker_pids(router: RouterProc) -> list[int]:
+    return [p for p in children(router.proc.pid)
+            if b"router.lane_workers" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+class Caller:
+    """Calls one tenant's model from `n` threads until stopped; records every call's id and outcome."""
+
+    def __init__(self, router: RouterProc, tenant: str, key: str, n: int) -> None:
+        self.r, self.tenant, self.md = router, tenant, auth(key)
+        self.ok: list[str] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def _run(self, i: int) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                self._n += 1
+                rid = f"{self.tenant}-{i}-{self._n}"
+            try:
+                self.r.stub.ModelInfer(infer_request("m", request_id=rid), metadata=self.md, timeout=30)
+                self.ok.append(rid)
+            except grpc.RpcError as e:
+                self.failed.append(f"{rid}: {e.code().name} {e.details()}")
+
+    def __enter__(self) -> Caller:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+
+
+def lanes(r: RouterProc) -> dict[str, float]:
+    text = r.metrics_text()
+    return {lane: metric_value(text, "mmhost_router_lane_tenants", lane=lane) for lane in ("0", "1")}
+
+
+def _at(path: Path) -> RouterProc:
+    """access() reads a RouterProc's access_log: this one's at `path`."""
+    rp = RouterProc.__new__(RouterProc)
+    rp.access_log = path
+    return rp
+
+
+def served_by(r: RouterProc) -> dict[str, str]:
+    """request id -> "router" or "worker", from the two access logs."""
+    out: dict[str, str] = {}
+    for who, path in (("router", r.access_log), ("worker", Path(f"{r.access_log}.w1"))):
+        for line in access(_at(path)):
+            out[line["id"]] = who
+    return out
+
+
+def test_two_busy_tenants_are_served_by_different_processes(cluster):
+    work, r, keys = cluster
+    assert len(worker_pids(r)) == 1
+    with Caller(r, "busy", keys["busy"], 3) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
+        # both start on the router itself; at a refresh the policy gives one of them the worker
+        wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")
+        time.sleep(1.0)  # calls already in flight on the old process finish
+        mark_busy, mark_quiet = len(busy.ok), len(quiet.ok)
+        time.sleep(2.0)
+    assert not busy.failed and not quiet.failed, (busy.failed[:3], quiet.failed[:3])
+    after = {"busy": busy.ok[mark_busy:], "quiet": quiet.ok[mark_quiet:]}
+    assert len(after["busy"]) > 20 and len(after["quiet"]) > 5
+    time.sleep(0.5)  # the access logs' writer threads
+    who = served_by(r)
+    places = {t: {who.get(rid, "missing") for rid in ids} for t, ids in after.items()}
+    assert all(len(p) == 1 for p in places.values()), places  # each tenant on one process, every call logged
+    assert places["busy"] != places["quiet"], places  # and not the same one
+    assert "missing" not in places["busy"] | places["quiet"]
+    # every call was logged by exactly one process
+    lines = [line["id"] for path in (r.access_log, Path(f"{r.access_log}.w1"))
+             for line in access(_at(path))]
+    assert len(lines) == len(set(lines))
+
+
+def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluster):
+    work, r, keys = cluster
+    [pid] = worker_pids(r)
+    restarts = metric_value(r.metrics_text(), "mmhost_router_lane_worker_restarts_total")
+    with Caller(r, "busy", keys["busy"], 2) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
+        wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: metric_value(r.metrics_text(), "mmhost_router_lane_worker_restarts_total") > restarts,
+                   timeout=60, what="the worker started again")
+        wait_until(lambda: metric_value(r.metrics_text(), "mmhost_router_lane_workers_up") == 1, timeout=30,
+                   what="the worker serving")
+        mark = len(busy.ok) + len(quiet.ok)
+        time.sleep(1.5)
+        assert len(busy.ok) + len(quiet.ok) > mark + 10  # answered after the restart
+    [new] = worker_pids(r)
+    assert new != pid
+    # the calls in flight on the killed process fail (it died with them); every other call is answered
+    failed = busy.failed + quiet.failed
+    assert len(failed) <= 3, failed  # one call per calling thread at most
+    assert all("UNAVAILABLE" in f or "INTERNAL" in f or "CANCELLED" in f for f in failed), failed
+
+
+def test_workers_end_with_the_router_even_when_it_is_killed(store):
+    work, keys = store
+    host = HostdProc(str(work / "store"), work, tenant="nobody")
+    try:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            r = start(work, host)
+            [pid] = worker_pids(r)
+            r.stop(sig)
+            wait_until(lambda pid=pid: not alive(pid), timeout=20, what=f"the worker gone after {sig.name}")
+    finally:
+        host.stop()

@@ -20,7 +20,10 @@ a fast-lane phase with the noisy tenant calling hostd directly, so HAProxy carri
 difference from the phase before it is what HAProxy's handling of the noisy calls costs the light model.
 The fast-lane phases end with 'mixed lanes' (--no-mixed skips them): the light model of a tenant with quotas,
 which the fast lane leaves to the router's Python lane, alone and beside the unlimited noisy tenant, which
-the fast lane carries: the router's loop then takes in none of the noisy calls.
+the fast lane carries: the router's loop then takes in none of the noisy calls. Then, for each N of
+--lane-workers (default 0,1), the router with its fast lane and N Python-lane workers (router/lane_workers.py):
+the light tenant with quotas beside a noisy tenant with quotas, both on the Python lane ('one Python loop' for
+N = 0, where both share the router's loop; with N >= 1 HAProxy sends each to a router process of its own).
 
 Printed: the light model's p50/p99 and requests per phase, the bound 'alone + 1.5 x the noisy model's batch
 compute time' (the batch time measured by hostd while the noisy model ran alone), the noisy model's
@@ -63,7 +66,7 @@ def build_store(root: Path, work: Path) -> None:
     build_onnx_mlp(work / "noisy.onnx", NOISY_DIMS)
     build_onnx_mlp(work / "light.onnx", LIGHT_DIMS)
     for tenant, model, f in (("acme", "light", "light"), ("acme", "noisy", "noisy"), ("other", "noisy", "noisy"),
-                             ("metered", "light", "light")):
+                             ("metered", "light", "light"), ("bulk", "noisy", "noisy")):
         publish_version(repo, onnx_manifest(tenant, model, "1", work / f"{f}.onnx", "model.onnx"),
                         {"model.onnx": work / f"{f}.onnx"})
 
@@ -205,6 +208,19 @@ class CpuWindow:
         return {k: (_cpu_s(v) - self.c0[k]) / wall for k, v in self.pids.items()}
 
 
+def router_children(router_pid: int) -> list[tuple[str, int]]:
+    """The router's HAProxy ("haproxy") and Python-lane workers ("worker"), as (kind, pid)."""
+    import psutil
+
+    out = []
+    for c in psutil.Process(router_pid).children(recursive=False):
+        if c.name().startswith("haproxy"):
+            out.append(("haproxy", c.pid))
+        elif "router.lane_workers" in " ".join(c.cmdline()):
+            out.append(("worker", c.pid))
+    return out
+
+
 def haproxy_pid(router_pid: int) -> int | None:
     """The fast lane's HAProxy: the router's child process of that name."""
     import psutil
@@ -240,12 +256,14 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         fast_lane: bool = True, floor: bool = True, twin: tuple[float, ...] = (),
         groups: bool = False, passthrough: bool = False, direct_lane: bool = True,
         python_lane: bool = True, noisy_direct: bool = False,
-        mixed: bool = True) -> list[tuple[str, dict, Stats | None, dict | None]]:
+        mixed: bool = True, workers: tuple[int, ...] = ()) -> list[tuple[str, dict, Stats | None, dict | None]]:
     """Rows: (phase, light client result, light's hostd stats over the phase, noisy client result).
     direct_lane / python_lane False: skip the direct phases / the phases through the router's Python lane;
     noisy_direct: also the light model through the fast lane while the noisy tenant calls hostd directly;
     mixed: also, through the router with its fast lane, the light model of a tenant with quotas (the Python lane)
-    beside the unlimited noisy tenant (the fast lane)."""
+    beside the unlimited noisy tenant (the fast lane); workers: for each n, through the router with its fast lane
+    and n Python-lane workers (0: the router's loop alone), the light model of a tenant with quotas beside a
+    noisy tenant with quotas, both on the Python lane."""
     from router.tenants import FileTenants
 
     rows: list[tuple[str, dict, Stats | None, dict | None]] = []
@@ -258,14 +276,17 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
         keys = {t: reg.create(t, "unlimited") for t in ("acme", "other")}
         # a tenant with quotas (far above what its light client asks): the router's Python lane serves it
         keys["metered"] = reg.create("metered", "standard", {"rate": 100000, "burst": 100000, "max_concurrency": 64})
+        # a noisy tenant with quotas as generous: the fast lane leaves it to the Python lane too
+        keys["bulk"] = reg.create("bulk", "standard", {"rate": 100000, "burst": 100000, "max_concurrency": 64})
         mport = free_port()
         hostd, host = start_hostd(str(store), work, "--tenant-limits", str(tenants), "--default-tenant", "acme",
                                   "--metrics-port", str(mport), *hostd_args)
         router = None
         procs: dict[str, int] = {}  # the router (and its HAProxy) in use, for CpuWindow
         try:
-            direct = {t: {TENANT_HEADER: t} for t in ("acme", "other", "metered")}
-            for t, m in (("acme", "light"), ("acme", "noisy"), ("other", "noisy"), ("metered", "light")):  # load all, warm up
+            direct = {t: {TENANT_HEADER: t} for t in ("acme", "other", "metered", "bulk")}
+            for t, m in (("acme", "light"), ("acme", "noisy"), ("other", "noisy"), ("metered", "light"),
+                         ("bulk", "noisy")):  # load all, warm up
                 for _ in range(3):
                     asyncio.run(closed_loop(host, m, "input", _x(NOISY_DIMS if m == "noisy" else LIGHT_DIMS), 4,
                                             0.3, warmup_s=0.0, headers=direct[t]))
@@ -383,6 +404,24 @@ def run(seconds: float, hostd_args: list[str], via_router: bool = True,
                     noisy_alone("mixed lanes: noisy alone", faddr, via["other"], "other")
                     phase("mixed lanes: beside unlimited noisy tenant", faddr, via["metered"], via["other"],
                           light_tenant="metered")
+                stop(router)
+                router = None
+                procs.clear()
+            for n in workers:  # both tenants with quotas (Python lane): one loop (0) against n more processes
+                router, waddr = start_router(work, host, tenants, store, "--fast-lane", "haproxy",
+                                             "--fast-lane-workers", str(n))
+                procs["router"] = router.pid
+                for kind, pid in router_children(router.pid):  # haproxy, worker1, worker2, ...
+                    procs[kind if kind == "haproxy" else f"worker{sum(k.startswith('worker') for k in procs) + 1}"] = pid
+                tag = f"lane workers {n}: " if n else "one Python loop: "
+                light(waddr, 1.0, via["metered"])  # warm-up through the Python lane
+                phase(tag + "light alone", waddr, via["metered"], None, light_tenant="metered")
+                noisy_alone(tag + "noisy alone", waddr, via["bulk"], "bulk")
+                phase(tag + "beside noisy tenant with quotas", waddr, via["metered"], via["bulk"],
+                      light_tenant="metered")
+                stop(router)
+                router = None
+                procs.clear()
         finally:
             if router is not None:
                 stop(router)
@@ -516,12 +555,16 @@ def main() -> None:
                     "host group 'bulk' (direct, through the router with host_groups, and its fast lane)")
     ap.add_argument("--passthrough", action="store_true", help="also the phases through bench/passthrough.py, a "
                     "grpc.aio proxy with no logic carrying both clients on one event loop, as the router does")
+    ap.add_argument("--lane-workers", default="0,1", help="comma-separated: for each N, the router with its fast lane "
+                    "and N Python-lane workers (0: its one loop), a light tenant with quotas beside a noisy tenant with "
+                    "quotas, both on the Python lane; '' skips them")
     args = ap.parse_args()
     if args.nice_noisy:
         NICE[:] = ["nice", "-n", str(args.nice_noisy)]
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
                tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane,
-               args.noisy_direct, not args.no_mixed)
+               args.noisy_direct, not args.no_mixed,
+               tuple(int(x) for x in args.lane_workers.split(",") if x.strip()) if not args.no_fast_lane else ())
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

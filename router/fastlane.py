@@ -39,6 +39,7 @@ from dataclasses import replace
 from ipaddress import ip_address
 from pathlib import Path
 
+from ground.children import die_with_parent
 from ground.cpus import usable_cpus
 from ground.tls import TLSFiles
 from router.fastlane_config import (LANES_TABLE, FastLaneConfig, FastRecord, batches, map_commands, parse_lane_rates,
@@ -195,7 +196,10 @@ class FastLane:
             self._reader = threading.Thread(target=self._read_logs, args=(self._log_sock,), name="fast-lane-log",
                                             daemon=True)
             self._reader.start()
-        self.proc = subprocess.Popen([self.binary, "-db", "-q", "-f", str(cfg_path)], stdin=subprocess.DEVNULL)
+        # started from the event loop's thread, the one that lives as long as the router: PDEATHSIG follows the
+        # thread that forked. SIGUSR1 is HAProxy's soft stop (it finishes the calls in flight)
+        self.proc = subprocess.Popen([self.binary, "-db", "-q", "-f", str(cfg_path)], stdin=subprocess.DEVNULL,
+                                     preexec_fn=die_with_parent(signal.SIGUSR1))
         for _ in range(100):  # the admin socket answers once HAProxy is up
             if self.proc.poll() is not None:
                 raise FastLaneError(f"HAProxy exited at start (code {self.proc.returncode}); is {self.cfg.listen} free?")

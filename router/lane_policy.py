@@ -29,14 +29,14 @@ def lane_loads(rates: Mapping[str, float], assignment: Mapping[str, int], lanes:
 
 
 def greedy(rates: Mapping[str, float], lanes: int, current: Mapping[str, int] | None = None) -> dict[str, int]:
-    """Longest first: busiest tenant first, each to the least loaded lane (ties: its current lane, then the
-    lowest index)."""
+    """Longest first: busiest tenant first, each to the least loaded lane (ties: its current lane, then a
+    worker's lane before the router's, then the lowest index)."""
     cur = current or {}
     loads = [0.0] * lanes
     out: dict[str, int] = {}
     for tenant in sorted(rates, key=lambda t: (-rates[t], t)):
         here = cur.get(tenant, -1)
-        lane = min(range(lanes), key=lambda i: (loads[i], i != here, i))
+        lane = min(range(lanes), key=lambda i: (loads[i], i != here, i == 0, i))
         out[tenant] = lane
         loads[lane] += rates[tenant]
     return out
@@ -44,22 +44,28 @@ def greedy(rates: Mapping[str, float], lanes: int, current: Mapping[str, int] | 
 
 def assign_lanes(rates: Mapping[str, float], lanes: int, current: Mapping[str, int], *,
                  rebalance_ratio: float = 1.1, min_rate: float = 1.0) -> dict[str, int]:
-    """tenant -> lane for the tenants seen in `rates` (requests/s on the Python lane, recent). Tenants under
-    `min_rate` keep their lane (or 0): an idle tenant neither moves nor counts. With one lane, all are on 0."""
+    """tenant -> lane for the tenants seen in `rates` (requests/s on the Python lane, recent; a tenant HAProxy
+    no longer counts is dropped, and starts afresh when it comes back).
+
+    - A tenant seen for the first time goes to the least loaded lane, nobody moving. Every tenant seen counts
+      at least `min_rate` there, so a tenant that comes while another is idle for a moment still goes to a lane
+      of its own; on a tie a worker's lane comes before the router's own.
+    - Tenants under `min_rate` (idle) stay where they are.
+    - The others keep their lanes until the longest-first assignment would lower the busiest lane's load by
+      more than `rebalance_ratio`; then they take that assignment.
+    With one lane, all are on 0."""
     if lanes <= 1:
         return {t: 0 for t in rates}
+    weight = {t: max(r, min_rate) for t, r in rates.items()}
+    out = {t: lane for t, lane in current.items() if t in rates and 0 <= lane < lanes}
+    loads = lane_loads({t: weight[t] for t in out}, out, lanes)
+    for tenant in sorted((t for t in rates if t not in out), key=lambda t: (-weight[t], t)):
+        lane = min(range(lanes), key=lambda i: (loads[i], i == 0, i))
+        out[tenant] = lane
+        loads[lane] += weight[tenant]
     busy = {t: r for t, r in rates.items() if r >= min_rate}
-    kept = {t: lane for t, lane in current.items() if t in rates and 0 <= lane < lanes}
-    # new busy tenants first go where the current assignment has the least load, nobody moving
-    loads = lane_loads({t: r for t, r in busy.items() if t in kept}, kept, lanes)
-    for tenant in sorted((t for t in busy if t not in kept), key=lambda t: (-busy[t], t)):
-        lane = min(range(lanes), key=lambda i: (loads[i], i))
-        kept[tenant] = lane
-        loads[lane] += busy[tenant]
-    best = greedy(busy, lanes, kept)
-    best_max = max(lane_loads(busy, best, lanes))
-    if max(loads) > rebalance_ratio * best_max:
-        kept.update(best)
-    for tenant in rates:
-        kept.setdefault(tenant, 0)
-    return kept
+    if busy:
+        best = greedy(busy, lanes, out)
+        if max(lane_loads(busy, out, lanes)) > rebalance_ratio * max(lane_loads(busy, best, lanes)):
+            out.update(best)
+    return out

@@ -37,7 +37,18 @@ def test_a_new_tenant_goes_to_the_least_loaded_lane_without_moving_anyone():
 def test_idle_tenants_neither_move_nor_count_and_unseen_ones_are_dropped():
     got = assign_lanes({"a": 500.0, "idle": 0.2}, 2, {"idle": 1, "gone": 1})
     assert got["idle"] == 1 and "gone" not in got
-    assert got["a"] == 0  # lane 1 carries nothing that counts, but a new tenant takes the lowest of equals
+    assert got["a"] == 0  # a new tenant avoids the lane of one idle for a moment
+
+
+def test_a_noisy_tenant_that_comes_while_the_light_one_is_idle_still_gets_a_lane_of_its_own():
+    got = assign_lanes({"light": 0.0, "noisy": 1500.0}, 2, {"light": 1})
+    assert got == {"light": 1, "noisy": 0}
+    # and when the light one calls again, nobody moves
+    assert assign_lanes({"light": 450.0, "noisy": 1500.0}, 2, got) == got
+
+
+def test_on_a_tie_a_new_tenant_takes_a_workers_lane_before_the_routers():
+    assert assign_lanes({"a": 300.0}, 3, {}) == {"a": 1}
 
 
 def test_a_lane_past_the_workers_now_running_falls_back_to_the_router():
@@ -48,5 +59,6 @@ def test_a_lane_past_the_workers_now_running_falls_back_to_the_router():
 def test_greedy_is_longest_first_and_loads_add_up():
     rates = {"a": 7.0, "b": 5.0, "c": 4.0, "d": 3.0}
     best = greedy(rates, 2)
-    assert lane_loads(rates, best, 2) == [10.0, 9.0]  # a+d, b+c
+    assert sorted(lane_loads(rates, best, 2)) == [9.0, 10.0]  # a+d, b+c
+    assert best["a"] == 1  # the busiest: a worker's lane before the router's
     assert sum(lane_loads(rates, {"a": 9}, 2)) == sum(rates.values())  # a lane out of range counts on 0

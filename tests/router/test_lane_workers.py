@@ -183,14 +183,20 @@ def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluste
     assert all("UNAVAILABLE" in f or "INTERNAL" in f or "CANCELLED" in f for f in failed), failed
 
 
-def test_workers_end_with_the_router_even_when_it_is_killed(store):
+def haproxy_pids(router: RouterProc) -> list[int]:
+    return [p for p in children(router.proc.pid) if b"haproxy" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_workers_and_haproxy_end_with_the_router_even_when_it_is_killed(store):
     work, keys = store
     host = HostdProc(str(work / "store"), work, tenant="nobody")
     try:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             r = start(work, host)
             [pid] = worker_pids(r)
+            [hp] = haproxy_pids(r)
             r.stop(sig)
-            wait_until(lambda pid=pid: not alive(pid), timeout=20, what=f"the worker gone after {sig.name}")
+            for p, what in ((pid, "worker"), (hp, "HAProxy")):
+                wait_until(lambda p=p: not alive(p), timeout=20, what=f"the {what} gone after {sig.name}")
     finally:
         host.stop()

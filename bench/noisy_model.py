@@ -544,7 +544,8 @@ def main() -> None:
                     help="phases with the light model on a loop of its own inside a second hostd's process "
                     "(bench/hostd_twin.py), the interpreter's switch interval set to this (0: Python's default); "
                     "repeat for several")
-    ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane")
+    ap.add_argument("--no-fast-lane", action="store_true", help="skip the phases through the router's fast lane "
+                    "(not the --lane-workers phases)")
     ap.add_argument("--no-direct", action="store_true", help="skip the phases calling hostd directly")
     ap.add_argument("--no-python-lane", action="store_true", help="skip the phases through the router's Python lane")
     ap.add_argument("--noisy-direct", action="store_true", help="also the light model through the fast lane with "
@@ -564,7 +565,7 @@ def main() -> None:
     rows = run(args.seconds, args.hostd_arg, not args.direct_only, not args.no_fast_lane, not args.no_floor,
                tuple(args.same_process), args.groups, args.passthrough, not args.no_direct, not args.no_python_lane,
                args.noisy_direct, not args.no_mixed,
-               tuple(int(x) for x in args.lane_workers.split(",") if x.strip()) if not args.no_fast_lane else ())
+               tuple(int(x) for x in args.lane_workers.split(",") if x.strip()))
     print(f"noisy model: light {'-'.join(map(str, LIGHT_DIMS))} at concurrency 1 beside noisy "
           f"{'-'.join(map(str, NOISY_DIMS))} at concurrency 32 (another process), {args.seconds:g} s per phase, "
           f"one hostd {' '.join(args.hostd_arg)}")

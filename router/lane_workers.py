@@ -8,7 +8,7 @@ as JSON on its stdin, and these differences (`worker_settings`): it listens on a
 plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port, upload service or tenant
 certificate port (the router itself keeps those), writes its access log to FILE.wN, and serves its metrics on
 metrics_port + N. It says its port on stdout once it serves. The router starts a worker again at its next
-refresh when it exits (`ensure_running`); meanwhile HAProxy sends its tenants to the router itself (each
+refresh when it exits (`LaneWorkers.lanes`); meanwhile HAProxy sends its tenants to the router itself (each
 worker's backend has the router as its backup server).
 """
 
@@ -23,11 +23,20 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from router.fastlane_config import lane_backend
+from router.lane_policy import assign_lanes, lane_loads
+
+if TYPE_CHECKING:
+    from ground.settings import RouterSettings
+    from router.fastlane import FastLane
+    from router.metrics import RouterMetrics
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0  # a worker imports and starts the whole router
+RESTART_BACKOFF_S = 5.0  # a worker that failed to start is tried again this much later
 
 
 def worker_settings(parent: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -56,6 +65,10 @@ class LaneWorker:
     def up(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and bool(self.address)
 
+    @property
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
     async def start(self) -> None:
         self.address = ""
         self.starts += 1
@@ -78,14 +91,6 @@ class LaneWorker:
         self.address = f"127.0.0.1:{port}"
         log.info("Python-lane worker %d serving on %s (pid %d)", self.index, self.address, self.proc.pid)
 
-    async def ensure_running(self) -> bool:
-        """Start it again if it exited. True if it was restarted."""
-        if self.up or self.proc is None:
-            return False
-        log.error("Python-lane worker %d exited (code %s); starting it again", self.index, self.proc.returncode)
-        await self.start()
-        return True
-
     async def stop(self, grace_s: float = 3.0) -> None:
         p = self.proc
         if p is None or p.poll() is not None:
@@ -98,6 +103,75 @@ class LaneWorker:
         except subprocess.TimeoutExpired:
             p.kill()
             await asyncio.to_thread(p.wait)
+
+
+class LaneWorkers:
+    """The router's Python-lane workers and each tenant's lane (router/server.py holds one): started with the
+    router, watched at each fast-lane refresh, stopped with it."""
+
+    def __init__(self, settings: RouterSettings, metrics: RouterMetrics) -> None:
+        parent = settings.model_dump(mode="json")
+        self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i)))
+                        for i in range(1, settings.fast_lane_workers + 1)]
+        self.rebalance_ratio = settings.fast_lane_rebalance_ratio
+        self.metrics = metrics
+        self.lane_of: dict[str, int] = {}  # tenant -> its lane (0: the router itself; router/lane_policy.py)
+        self._restarting: dict[int, asyncio.Task] = {}
+
+    @property
+    def addresses(self) -> list[str]:
+        return [w.address for w in self.workers]
+
+    async def start(self) -> None:
+        try:
+            await asyncio.gather(*(w.start() for w in self.workers))
+        except RuntimeError:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for t in self._restarting.values():
+            t.cancel()
+        await asyncio.gather(*(w.stop() for w in self.workers))
+
+    async def _restart(self, w: LaneWorker, fl: FastLane) -> None:
+        """Start an exited worker again, off the refresh (a start takes seconds), then point its backend at it.
+        A worker that fails to start is tried again after RESTART_BACKOFF_S, not at every refresh."""
+        try:
+            log.error("Python-lane worker %d exited (code %s); starting it again", w.index, w.proc and w.proc.returncode)
+            await w.start()
+            self.metrics.lane_worker_restarts.inc()
+            await fl.set_worker(w.index, w.address)
+        except Exception as e:  # noqa: BLE001 - HAProxy serves its tenants from the router (backup) meanwhile
+            log.error("%s", e)
+            await asyncio.sleep(RESTART_BACKOFF_S)
+        finally:
+            self._restarting.pop(w.index, None)
+
+    async def lanes(self, fl: FastLane, keys: Mapping[str, str]) -> dict[str, str]:
+        """At each fast-lane refresh: restart the workers that exited, then each tenant's lane from the rates
+        HAProxy counted (`keys`: key hash -> tenant). Returns the `lanes` map, key hash -> worker backend."""
+        m = self.metrics
+        for w in self.workers:
+            if w.exited and w.index not in self._restarting:
+                self._restarting[w.index] = asyncio.get_running_loop().create_task(self._restart(w, fl))
+        m.lane_workers_up.set(sum(w.up for w in self.workers))
+        rates: dict[str, float] = {}
+        for h, r in (await fl.lane_rates()).items():
+            if h in keys:
+                rates[keys[h]] = rates.get(keys[h], 0.0) + r
+        n = len(self.workers) + 1
+        before, self.lane_of = self.lane_of, assign_lanes(rates, n, self.lane_of, rebalance_ratio=self.rebalance_ratio)
+        for t, lane in self.lane_of.items():
+            if t in before and before[t] != lane:
+                m.lane_moves.inc()
+                log.info("Python-lane workers: tenant %s moves from lane %d to lane %d (%.0f calls/s)", t, before[t],
+                         lane, rates.get(t, 0.0))
+        loads = lane_loads(rates, self.lane_of, n)
+        for i in range(n):
+            m.lane_tenants.labels(str(i)).set(sum(1 for lane in self.lane_of.values() if lane == i))
+            m.lane_rate.labels(str(i)).set(loads[i])
+        return {h: lane_backend(self.lane_of[t]) for h, t in keys.items() if self.lane_of.get(t, 0) > 0}
 
 
 async def _serve(settings_json: dict[str, Any]) -> None:

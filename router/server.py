@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import random
 import time
@@ -34,11 +33,10 @@ from router.dispatcher import Dispatcher
 from router.fleet_quota import FleetQuota
 from router.failover import RetryBudget
 from router.fastlane import FastLane, FastLaneError
-from router.fastlane_config import FastRecord, lane_backend, ready_version
+from router.fastlane_config import FastRecord, ready_version
 from router.host_groups import hosts_per_group
 from router.forward import SERVICE, Forwarder
-from router.lane_policy import assign_lanes, lane_loads
-from router.lane_workers import LaneWorker, worker_settings
+from router.lane_workers import LaneWorkers
 from router.local_load import LocalLoad
 from router.metrics import RouterMetrics
 from router.placement_policy import placement_config
@@ -92,10 +90,10 @@ class Router:
             self.metrics.fast_lane_mode()
         elif s.fast_lane_workers:
             raise SystemExit("router: fast_lane_workers needs fast_lane=haproxy (HAProxy picks each call's worker)")
-        self.workers: list[LaneWorker] = []  # fast_lane_workers: more router processes for the Python lane
-        self.lane_of: dict[str, int] = {}  # tenant -> its Python-lane process (0: this one; router/lane_policy.py)
+        self.lane_workers: LaneWorkers | None = None  # fast_lane_workers: more router processes for the Python lane
         if s.fast_lane_workers:
             self.metrics.lane_workers_mode()
+            self.lane_workers = LaneWorkers(s, self.metrics)
         self.cluster = ClusterView(s.host_missing_grace_s)
         self.local = LocalLoad()
         self.keys = KeyIndex()
@@ -221,7 +219,7 @@ class Router:
             await self._fast_lane_tls(fl)
             keys = self.keys.hashes()
             fast = frozenset(t for t in set(keys.values()) if self.admission.quota(t).unlimited)
-            lanes = await self._lanes(fl, keys) if self.workers else None
+            lanes = await self.lane_workers.lanes(fl, keys) if self.lane_workers is not None else None
             await fl.sync(self.cluster.eligible(), keys, fast, self.dispatcher.groups, lanes)
         except Exception:  # not running, or not taking its state: 0 (alert MmhostFastLaneDown); logged by _every
             self.metrics.fast_lane_up.set(0)
@@ -238,36 +236,6 @@ class Router:
         if now >= self._dropped_read_at + DROPPED_EVERY_S:  # a runtime API call of its own: not every refresh
             self._dropped_read_at = now
             self.metrics.fast_lane_log_dropped.set(await fl.dropped_logs())
-
-    async def _lanes(self, fl: FastLane, keys: dict[str, str]) -> dict[str, str]:
-        """Python-lane workers: restart any that exited, then each tenant's process from the rates HAProxy
-        counted (router/lane_policy.py); returns the `lanes` map, key hash -> worker backend."""
-        m = self.metrics
-        for w in self.workers:
-            try:
-                if await w.ensure_running():
-                    m.lane_worker_restarts.inc()
-                    await fl.set_worker(w.index, w.address)
-            except RuntimeError as e:  # HAProxy serves its tenants from this router (backup) meanwhile
-                log.error("%s", e)
-        m.lane_workers_up.set(sum(w.up for w in self.workers))
-        rates: dict[str, float] = {}
-        for h, r in (await fl.lane_rates()).items():
-            if h in keys:
-                rates[keys[h]] = rates.get(keys[h], 0.0) + r
-        lanes = len(self.workers) + 1
-        before = self.lane_of
-        self.lane_of = assign_lanes(rates, lanes, before, rebalance_ratio=self.settings.fast_lane_rebalance_ratio)
-        for t, lane in self.lane_of.items():
-            if t in before and before[t] != lane:
-                m.lane_moves.inc()
-                log.info("Python-lane workers: tenant %s moves from lane %d to lane %d (%.0f calls/s)", t, before[t],
-                         lane, rates.get(t, 0.0))
-        loads = lane_loads(rates, self.lane_of, lanes)
-        for i in range(lanes):
-            m.lane_tenants.labels(str(i)).set(sum(1 for lane in self.lane_of.values() if lane == i))
-            m.lane_rate.labels(str(i)).set(loads[i])
-        return {h: lane_backend(self.lane_of[t]) for h, t in keys.items() if self.lane_of.get(t, 0) > 0}
 
     async def _fast_lane_tls(self, fl: FastLane) -> None:
         """Rotated certificate files to HAProxy (FastLane.refresh_tls); a refusal is counted and logged, and
@@ -344,14 +312,10 @@ class Router:
         if self.port == 0:
             raise SystemExit(f"cannot listen on {own}")
         if s.fast_lane == "haproxy":
-            if s.fast_lane_workers:
-                parent = s.model_dump(mode="json")
-                self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i)))
-                                for i in range(1, s.fast_lane_workers + 1)]
+            if self.lane_workers is not None:
                 try:
-                    await asyncio.gather(*(w.start() for w in self.workers))
+                    await self.lane_workers.start()
                 except RuntimeError as e:
-                    await asyncio.gather(*(w.stop() for w in self.workers))
                     raise SystemExit(f"router: {e}") from None
             try:
                 self.fastlane = FastLane(listen=s.listen, router=f"127.0.0.1:{self.port}", binary=s.fast_lane_binary,
@@ -362,7 +326,7 @@ class Router:
                                          listen_tls=(str(s.tls_cert), str(s.tls_key)) if self.creds else None,
                                          hostd_tls=(str(s.hostd_ca), str(s.hostd_client_cert), str(s.hostd_client_key),
                                                     s.hostd_tls_name) if s.hostd_ca else None,
-                                         workers=[w.address for w in self.workers])
+                                         workers=self.lane_workers.addresses if self.lane_workers else ())
             except FastLaneError as e:
                 raise SystemExit(f"router: {e}") from None
             self.internal_port, self.port = self.port, int(s.listen.rsplit(":", 1)[1])
@@ -408,9 +372,9 @@ class Router:
         mode = f"redis {s.redis_url}" if s.redis_url else f"static hosts {','.join(s.hosts)}"
         # the resolved settings, once: what an operator checks first
         if self.fastlane is not None:
+            lw = self.lane_workers
             log.info("fast lane: HAProxy on %s, this router behind it on 127.0.0.1:%d%s", s.listen, self.internal_port,
-                     f", {len(self.workers)} Python-lane worker(s) on " + ", ".join(w.address for w in self.workers)
-                     if self.workers else "")
+                     f", {len(lw.workers)} Python-lane worker(s) on {', '.join(lw.addresses)}" if lw else "")
         log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s); store %s; inflight_bytes %s, tenant %s; "
                  "max_attempts %d; uploads %s; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
                  len(self.cluster.eligible()), len(self.keys), s.store or "-", s.inflight_bytes,
@@ -422,7 +386,8 @@ class Router:
         await self.health.enter_graceful_shutdown()
         if self.fastlane is not None:  # stops taking calls, finishes the ones in flight
             await self.fastlane.stop()
-        await asyncio.gather(*(w.stop() for w in self.workers))
+        if self.lane_workers is not None:
+            await self.lane_workers.stop()
         if self.rest is not None:
             await self.rest.stop()
         for t in self._tasks:

@@ -78,6 +78,7 @@ def exported() -> dict[str, set[str]]:
     router = RouterMetrics()
     router.redis_mode()  # the series a router in Redis mode adds
     router.fast_lane_mode()  # and one with fast_lane=haproxy
+    router.lane_workers_mode()  # and with fast_lane_workers
     for holder in (HostdMetrics(), router):
         labels = {m._name: set(m._labelnames) for m in _metric_objects(holder)}
         families = list(holder.registry.collect())

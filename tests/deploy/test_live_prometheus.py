@@ -23,7 +23,8 @@ Not created here: MmhostCacheHitRateCollapse (a hit rate that halves against an 
 hits, then a collapse, would double the run), MmhostMemoryPressure (device memory held over the high watermark by models
 in use, whose measured size on CPU is not predictable enough to hold it there), MmhostFastLaneDown (this
 cluster's router runs without the fast lane; tests/router/test_fast_lane.py kills a router's HAProxy and sees
-it come back), MmhostEventLoopLag (a loop late by 50 ms at p99 for 10 minutes: this cluster's loops are not
+it come back), MmhostLaneWorkerRestarting (the same: no workers here; tests/router/test_lane_workers.py kills one and sees it
+started again), MmhostEventLoopLag (a loop late by 50 ms at p99 for 10 minutes: this cluster's loops are not
 saturated, and saturating one on purpose would slow every other phase); promtool tests cover them."""
 
 from __future__ import annotations

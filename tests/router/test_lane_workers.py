@@ -200,3 +200,29 @@ def test_workers_and_haproxy_end_with_the_router_even_when_it_is_killed(store):
                 wait_until(lambda p=p: not alive(p), timeout=20, what=f"the {what} gone after {sig.name}")
     finally:
         host.stop()
+
+
+def test_a_worker_gets_the_routers_settings_but_its_own_port_logs_and_no_tenant_facing_extras():
+    from ground.settings import RouterSettings
+    from router.lane_workers import worker_settings
+
+    parent = RouterSettings(listen="0.0.0.0:8000", fast_lane="haproxy", fast_lane_workers=2, plaintext=True,
+                            metrics_port=9100, access_log="/var/log/mmhost/access.jsonl", rest_listen="0.0.0.0:8080",
+                            health_port=8081, uploads=True, redis_url="redis://r:6379/0", max_attempts=5)
+    w = RouterSettings(**worker_settings(parent.model_dump(mode="json"), 2))
+    assert (w.listen, w.fast_lane, w.fast_lane_workers) == ("127.0.0.1:0", "off", 0)
+    assert (w.metrics_port, w.access_log) == (9102, "/var/log/mmhost/access.jsonl.w2")
+    assert not w.rest_listen and not w.health_port and not w.uploads and not w.tls_client_listen
+    assert (w.redis_url, w.max_attempts) == ("redis://r:6379/0", 5)  # the rest as the router's
+    off = RouterSettings(**worker_settings(RouterSettings(metrics_port=0, access_log="-").model_dump(mode="json"), 1))
+    assert (off.metrics_port, off.access_log) == (0, "-")
+
+
+def test_workers_without_the_fast_lane_are_refused_at_start(tmp_path):
+    from ground.settings import RouterSettings
+    from router.server import Router
+
+    (tmp_path / "t.json").write_text("{}")
+    with pytest.raises(SystemExit, match="fast_lane_workers needs fast_lane=haproxy"):
+        Router(RouterSettings(fast_lane_workers=1, plaintext=True, hosts=["127.0.0.1:1"],
+                              tenants_file=tmp_path / "t.json"))

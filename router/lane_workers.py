@@ -4,10 +4,10 @@ the process by the caller's key (router/fastlane_config.py, the `lanes` map), as
 assigns tenants; docs/fast-lane.md says what was measured.
 
 A worker is the same Router as this one, started by `python -m router.lane_workers` with the parent's settings
-as JSON on its stdin, and these differences (`worker_settings`): it listens on a loopback port of its own in
-plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port, upload service or tenant
+as JSON on its stdin (kept open: it stops at its end), and these differences (`worker_settings`): it listens on
+a loopback port of its own in plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port, upload service or tenant
 certificate port (the router itself keeps those), writes its access log to FILE.wN, and serves its metrics on
-metrics_port + N. It says its port on stdout once it serves. The router starts a worker again at its next
+metrics_port + N. It says its port on a pipe of its own once it serves. The router starts a worker again at its next
 refresh when it exits (`LaneWorkers.lanes`); meanwhile HAProxy sends its tenants to the router itself (each
 worker's backend has the router as its backup server).
 """
@@ -59,7 +59,6 @@ class LaneWorker:
         self.index, self._json = index, settings_json
         self.proc: subprocess.Popen | None = None
         self.address = ""  # 127.0.0.1:port once it serves
-        self.starts = 0
 
     @property
     def up(self) -> bool:
@@ -71,22 +70,29 @@ class LaneWorker:
 
     async def start(self) -> None:
         self.address = ""
-        self.starts += 1
-        self.proc = subprocess.Popen([sys.executable, "-m", "router.lane_workers"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env={**os.environ, "MMHOST_LANE_WORKER": str(self.index),
-                                          "MMHOST_LANE_WORKER_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)})
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        # the port comes back on a pipe of its own: the worker's stdout is the router's (access_log "-")
+        rfd, wfd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "router.lane_workers"], stdin=subprocess.PIPE, pass_fds=(wfd,),
+                env={**os.environ, "MMHOST_LANE_WORKER": str(self.index), "MMHOST_LANE_WORKER_PORT_FD": str(wfd),
+                     "MMHOST_LANE_WORKER_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)})
+        finally:
+            os.close(wfd)
+        assert self.proc.stdin is not None
         self.proc.stdin.write(self._json.encode() + b"\n")  # kept open: the worker stops when it closes
         self.proc.stdin.flush()
-        try:
-            line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), START_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            self.proc.kill()
-            raise RuntimeError(f"Python-lane worker {self.index} did not start within {START_TIMEOUT_S:.0f} s") from None
+        with os.fdopen(rfd, "rb") as said:  # EOF if the worker exits first
+            try:
+                line = await asyncio.wait_for(asyncio.to_thread(said.readline), START_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+                raise RuntimeError(f"Python-lane worker {self.index} did not start within {START_TIMEOUT_S:.0f} s") from None
         try:
             port = int(json.loads(line)["port"])
         except (ValueError, KeyError, TypeError):
-            code = self.proc.wait()
+            code = await asyncio.to_thread(self.proc.wait)
             raise RuntimeError(f"Python-lane worker {self.index} exited at start (code {code}); its log says why") from None
         self.address = f"127.0.0.1:{port}"
         log.info("Python-lane worker %d serving on %s (pid %d)", self.index, self.address, self.proc.pid)
@@ -183,8 +189,9 @@ async def _serve(settings_json: dict[str, Any]) -> None:
 
     async def start() -> None:
         await router.start()
-        sys.stdout.write(json.dumps({"port": router.port}) + "\n")
-        sys.stdout.flush()
+        fd = int(os.environ["MMHOST_LANE_WORKER_PORT_FD"])
+        os.write(fd, (json.dumps({"port": router.port}) + "\n").encode())
+        os.close(fd)
 
     await run_until_signal(start, router.stop)
 

@@ -159,6 +159,7 @@ class Router:
         self.cert_port: int | None = None  # tls_client_listen's bound port
         self.rest: RestServer | None = None  # KServe v2 REST (rest_listen), over the same servicer
         self._tasks: list[asyncio.Task] = []
+        self._fast_lane_task: asyncio.Task | None = None
         self._tenants_seen: object = None
         self.metrics_http: MetricsServer | None = None
 
@@ -354,7 +355,8 @@ class Router:
             except FastLaneError as e:
                 raise SystemExit(f"router: fast lane: {e}") from None
             await self.sync_fast_lane()
-            self._tasks.append(asyncio.get_running_loop().create_task(self._every("fast_lane", self.sync_fast_lane)))
+            self._fast_lane_task = asyncio.get_running_loop().create_task(self._every("fast_lane", self.sync_fast_lane))
+            self._tasks.append(self._fast_lane_task)
         if s.metrics_port:
             self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
         await self.server.start()
@@ -384,6 +386,8 @@ class Router:
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
+        if self._fast_lane_task is not None:  # no refresh may start HAProxy or a worker again while they stop
+            self._fast_lane_task.cancel()
         if self.fastlane is not None:  # stops taking calls, finishes the ones in flight
             await self.fastlane.stop()
         if self.lane_workers is not None:

@@ -181,9 +181,13 @@ def _lanes(c: FastLaneConfig) -> tuple[str, str, str]:
 
 def worker_commands(i: int, target: str) -> list[str]:
     """Point worker i's server at a (re)started worker's address."""
+    return _point(f"{lane_backend(i)}/{lane_backend(i)}", target)
+
+
+def _point(server: str, target: str) -> list[str]:
+    """Runtime API: `server` (backend/name) to `target` (IP:port, [IPv6]:port), out of maintenance."""
     ip, _, port = target.rpartition(":")
-    name = lane_backend(i)
-    return [f"set server {name}/{name} addr {ip} port {port}", f"enable server {name}/{name}"]
+    return [f"set server {server} addr {ip.strip('[]')} port {port}", f"enable server {server}"]
 
 
 def parse_lane_rates(table: str) -> dict[str, float]:
@@ -210,8 +214,7 @@ def slot_name(i: int) -> str:
 
 def slot_commands(name: str, target: str) -> list[str]:
     """Point a server slot at a host (`target`: IP:port, [IPv6]:port) and take it out of maintenance."""
-    ip, _, port = target.rpartition(":")
-    return [f"set server hosts/{name} addr {ip.strip('[]')} port {port}", f"enable server hosts/{name}"]
+    return _point(f"hosts/{name}", target)
 
 
 def route_key(key: str) -> str:

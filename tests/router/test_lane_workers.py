@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -24,7 +23,7 @@ from tests.hostd_proc import HostdProc, metric_value
 from tests.router.conftest import IN_DIM, auth, infer_request
 from tests.router.router_proc import RouterProc
 from tests.router.test_cluster import wait_until
-from tests.router.test_fast_lane import access
+from tests.router.test_fast_lane import access, after_syncs
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -90,6 +89,7 @@ class Caller:
         self.ok: list[str] = []
         self.failed: list[str] = []
         self._stop = threading.Event()
+        self.threads = n
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
         self._n = 0
         self._lock = threading.Lock()
@@ -143,13 +143,16 @@ def test_two_busy_tenants_are_served_by_different_processes(cluster):
     with Caller(r, "busy", keys["busy"], 3) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
         # both start on the router itself; at a refresh the policy gives one of them the worker
         wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")
-        time.sleep(1.0)  # calls already in flight on the old process finish
-        mark_busy, mark_quiet = len(busy.ok), len(quiet.ok)
-        time.sleep(2.0)
+        after_syncs(r)  # the lanes map that says so is in HAProxy
+        # a thread's call in flight now may have been sent before: each thread's first answer from here is left out
+        mark_busy, mark_quiet = len(busy.ok) + busy.threads, len(quiet.ok) + quiet.threads
+        wait_until(lambda: len(busy.ok) > mark_busy + 20 and len(quiet.ok) > mark_quiet + 5, timeout=30,
+                   what="calls of both tenants after the lanes settled")
     assert not busy.failed and not quiet.failed, (busy.failed[:3], quiet.failed[:3])
     after = {"busy": busy.ok[mark_busy:], "quiet": quiet.ok[mark_quiet:]}
     assert len(after["busy"]) > 20 and len(after["quiet"]) > 5
-    time.sleep(0.5)  # the access logs' writer threads
+    everyone = set(busy.ok + quiet.ok)  # the access logs are written in batches by a thread
+    wait_until(lambda: everyone <= served_by(r).keys(), timeout=10, what="every call in an access log")
     who = served_by(r)
     places = {t: {who.get(rid, "missing") for rid in ids} for t, ids in after.items()}
     assert all(len(p) == 1 for p in places.values()), places  # each tenant on one process, every call logged
@@ -173,8 +176,8 @@ def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluste
         wait_until(lambda: metric_value(r.metrics_text(), "mmhost_router_lane_workers_up") == 1, timeout=30,
                    what="the worker serving")
         mark = len(busy.ok) + len(quiet.ok)
-        time.sleep(1.5)
-        assert len(busy.ok) + len(quiet.ok) > mark + 10  # answered after the restart
+        wait_until(lambda: len(busy.ok) + len(quiet.ok) > mark + 10, timeout=30, what="calls answered after the "
+                   "restart")
     [new] = worker_pids(r)
     assert new != pid
     # the calls in flight on the killed process fail (it died with them); every other call is answered

@@ -18,9 +18,12 @@ class HostdProc(ServerProc):
         cmd = ["--listen", self.addr, "--store", store, "--metrics-port", str(self.metrics_port),
                "--cache-dir", str(workdir / f"cache-{self.port}"), "--ort-threads", "1", "--default-tenant", tenant,
                *(args or [])]
-        # plaintext and dev mode (direct calls without mmhost-tenant act as `tenant`) unless `env` says otherwise
+        # plaintext and dev mode (direct calls without mmhost-tenant act as `tenant`) unless `env` says otherwise;
+        # no linger after a drain (1 s by default, for routers to see it) unless `env` asks for one: a test that
+        # stops a hostd waits for the process to end
         super().__init__(workdir, cmd, {"MMHOST_HOSTD_TORCH_THREADS": "1", "MMHOST_HOSTD_PLAINTEXT": "true",
-                                        "MMHOST_HOSTD_DEV_MODE": "true", **(env or {})},
+                                        "MMHOST_HOSTD_DEV_MODE": "true", "MMHOST_HOSTD_DRAIN_LINGER_S": "0",
+                                        **(env or {})},
                          [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20),
                           *kw.pop("channel_options", ())], **kw)
         self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self.channel)

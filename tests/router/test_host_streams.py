@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ground.wire import SERVED, TENANT_HEADER
-from mmhost.demo_models import build_onnx_mlp, onnx_manifest, seed_store
+from mmhost.demo_models import build_onnx_mlp, onnx_manifest
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from router.failover import Outcome, classify
@@ -40,12 +40,14 @@ MD = ((TENANT_HEADER, "demo"),)
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
+    """The two models these tests call (the demo store's torch models would add ~1.4 s to each preloading hostd)."""
     root = tmp_path_factory.mktemp("store")
-    seed_store(root)
     work = tmp_path_factory.mktemp("models")
-    build_onnx_mlp(work / "big.onnx", (64, 2048, 2048, 10))  # ~1 ms a pass: calls are out when the host dies
-    publish_version(ModelRepository(LocalStorage(root)), onnx_manifest("demo", "mlp_big", "1", work / "big.onnx",
-                                                                        "model.onnx"), {"model.onnx": work / "big.onnx"})
+    build_onnx_mlp(work / "mlp.onnx", (DIM, 128, 10))
+    build_onnx_mlp(work / "big.onnx", (DIM, 2048, 2048, 10))  # ~1 ms a pass: calls are out when the host dies
+    repo = ModelRepository(LocalStorage(root))
+    for name, f in (("mlp", "mlp.onnx"), ("mlp_big", "big.onnx")):
+        publish_version(repo, onnx_manifest("demo", name, "1", work / f, "model.onnx"), {"model.onnx": work / f})
     return root
 
 

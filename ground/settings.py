@@ -316,6 +316,11 @@ class RouterSettings(BaseSettings):
         "of each limit (limit / routers seen) until Redis answers again",
     )
     quota_router_ttl_s: float = Field(3.0, gt=0, description="a router not heard from this long no longer counts")
+    quota_router_id: str = Field(
+        "", description="the name this router counts under among the live routers (fleet quotas); empty = a new "
+        "one at each start. Set by a router for its Python-lane workers, which count as the router itself: a "
+        "tenant's calls are on one of its processes at a time, so each limit is shared by routers, not processes",
+    )
     refresh_interval_s: float = Field(0.5, gt=0, description="how often the host view and tenants refresh")
     poll_timeout_s: float = Field(1.0, gt=0, description="static mode: Status call timeout per host")
     catalog_ttl_s: float = Field(5.0, ge=0, description="how long a catalog lookup is reused")

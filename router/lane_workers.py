@@ -39,8 +39,9 @@ START_TIMEOUT_S = 60.0  # a worker imports and starts the whole router
 RESTART_BACKOFF_S = 5.0  # a worker that failed to start is tried again this much later
 
 
-def worker_settings(parent: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """The settings (as `RouterSettings.model_dump(mode="json")`) of worker `index` (1..n) from its parent's."""
+def worker_settings(parent: Mapping[str, Any], index: int, quota_id: str = "") -> dict[str, Any]:
+    """The settings (as `RouterSettings.model_dump(mode="json")`) of worker `index` (1..n) from its parent's;
+    `quota_id`: the name the router counts under among the live routers (fleet quotas), which its workers share."""
     s = dict(parent)
     access = s.get("access_log")
     s.update(
@@ -48,6 +49,7 @@ def worker_settings(parent: Mapping[str, Any], index: int) -> dict[str, Any]:
         tls_client_ca=None, tls_client_listen="", rest_listen="", health_port=0, uploads=False,
         access_log=f"{access}.w{index}" if access and access != "-" else access,
         metrics_port=(s["metrics_port"] + index) if s.get("metrics_port") else 0,
+        quota_router_id=quota_id or s.get("quota_router_id", ""),
     )
     return s
 
@@ -115,9 +117,10 @@ class LaneWorkers:
     """The router's Python-lane workers and each tenant's lane (router/server.py holds one): started with the
     router, watched at each fast-lane refresh, stopped with it."""
 
-    def __init__(self, settings: RouterSettings, metrics: RouterMetrics) -> None:
+    def __init__(self, settings: RouterSettings, metrics: RouterMetrics, quota_id: str = "") -> None:
+        """`quota_id`: the router's name among the live routers (fleet quotas), which its workers count under."""
         parent = settings.model_dump(mode="json")
-        self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i)))
+        self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i, quota_id)))
                         for i in range(1, settings.fast_lane_workers + 1)]
         self.rebalance_ratio = settings.fast_lane_rebalance_ratio
         self.metrics = metrics

@@ -90,10 +90,12 @@ class Router:
             self.metrics.fast_lane_mode()
         elif s.fast_lane_workers:
             raise SystemExit("router: fast_lane_workers needs fast_lane=haproxy (HAProxy picks each call's worker)")
+        # the name this router counts under among the live routers (fleet quotas); its lane workers count under it
+        self.quota_id = s.quota_router_id or uuid.uuid4().hex
         self.lane_workers: LaneWorkers | None = None  # fast_lane_workers: more router processes for the Python lane
         if s.fast_lane_workers:
             self.metrics.lane_workers_mode()
-            self.lane_workers = LaneWorkers(s, self.metrics)
+            self.lane_workers = LaneWorkers(s, self.metrics, self.quota_id)
         self.cluster = ClusterView(s.host_missing_grace_s)
         self.local = LocalLoad()
         self.keys = KeyIndex()
@@ -121,7 +123,7 @@ class Router:
                 self._quota_redis = aredis.Redis.from_url(s.redis_url, socket_timeout=s.quota_timeout_s,
                                                           socket_connect_timeout=s.quota_timeout_s)
                 self.admission = Admission(fleet=FleetQuota(
-                    self._quota_redis, s.quota_prefix, uuid.uuid4().hex, self.clock, self.metrics.quota_mode,
+                    self._quota_redis, s.quota_prefix, self.quota_id, self.clock, self.metrics.quota_mode,
                     timeout_s=s.quota_timeout_s, router_ttl_s=s.quota_router_ttl_s))
             self.source = HeartbeatReader(self._aredis, s.heartbeat_prefix)
             catalog = open_catalog(s, s3, sync)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -210,3 +211,72 @@ def test_fleet_mode_leases_then_local_shares_when_redis_fails_and_back():
         assert fleet.mode == "fleet" and metrics.quota_mode.labels("fleet")._value.get() == 1
 
     asyncio.run(scenario())
+
+
+def test_a_router_with_lane_workers_counts_once_and_keeps_the_tenants_whole_share_when_redis_is_down(tmp_path):
+    """A router with a Python-lane worker (fast lane on, Redis mode) is one router among the live routers, not
+    two: a tenant's calls are on one of its processes at a time, so counting the worker would halve each limit
+    there (concurrency always, rate when Redis is down). The worker talks to Redis (fleet mode on its own
+    metrics) and the routers' set still holds one name; with Redis stopped, the tenant gets the whole rate."""
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")
+    store = str(tmp_path / "store")
+    build_onnx_mlp(tmp_path / "m.onnx", (IN_DIM, 16, 4))
+    repo = ModelRepository(open_storage(store))
+    publish_version(repo, onnx_manifest("acme", "mlp", "1", tmp_path / "m.onnx", "model.onnx"),
+                    {"model.onnx": tmp_path / "m.onnx"})
+    tag = uuid.uuid4().hex[:8]
+    prefix = f"w{tag}:quota:"
+    env = {"MMHOST_HOSTD_HEARTBEAT_PREFIX": f"w{tag}:hosts:", "MMHOST_ROUTER_HEARTBEAT_PREFIX": f"w{tag}:hosts:",
+           "MMHOST_HOSTD_HEARTBEAT_INTERVAL_S": "0.2", "MMHOST_HOSTD_HEARTBEAT_TTL_S": "1.5",
+           "MMHOST_ROUTER_TENANTS_PREFIX": f"w{tag}:tenants:", "MMHOST_ROUTER_CATALOG_PREFIX": f"w{tag}:catalog:",
+           "MMHOST_ROUTER_QUOTA_PREFIX": prefix, "MMHOST_ROUTER_FAST_LANE_CHECK_INTERVAL_S": "0.2"}
+    key = RedisTenants(connect_redis(redis.url), f"w{tag}:tenants:").create("acme", "standard",
+                                                                           {"rate": RATE, "burst": BURST})
+    RedisCatalog(connect_redis(redis.url), repo, f"w{tag}:catalog:").rebuild()
+    hostd = HostdProc(store, tmp_path, env=env, args=["--redis", redis.url], tenant="nobody")
+    router = RouterProc(tmp_path, ["--redis", redis.url, "--store", store, "--refresh-interval", "0.2",
+                                   "--fast-lane", "haproxy", "--fast-lane-workers", "1"], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the router has seen the hostd, and the hostd has the model
+            try:
+                router.stub.ModelInfer(infer_request("mlp"), metadata=auth(key), timeout=10)
+                break
+            except grpc.RpcError as e:
+                assert e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED, e
+                assert time.monotonic() < deadline, router.log()
+                time.sleep(0.1)
+
+        def worker_mode() -> str:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{router.metrics_port + 1}/metrics", timeout=2).read()
+            except OSError:
+                return "?"
+            return "fleet" if metric_value(text.decode(), "mmhost_router_quota_mode", mode="fleet") == 1 else "?"
+
+        r = connect_redis(redis.url)
+        while worker_mode() != "fleet" or modes([router]) != ["fleet"]:  # both have heartbeated into the set
+            assert time.monotonic() < deadline, router.log()
+            time.sleep(0.1)
+        for _ in range(10):  # over several heartbeats of both (0.2 s)
+            assert r.zcard(prefix + "routers") == 1, r.zrange(prefix + "routers", 0, -1)
+            time.sleep(0.1)
+
+        for _ in range(20):  # the tenant's lane is settled and its process knows the model (it knows it while
+            router.stub.ModelInfer(infer_request("mlp"), metadata=auth(key), timeout=10)  # Redis is down)
+            time.sleep(0.05)
+        redis.stop()
+        while worker_mode() == "fleet" or modes([router]) != ["local"]:
+            assert time.monotonic() < deadline + 10, router.log()
+            time.sleep(0.1)
+        time.sleep(BURST / RATE)
+        (ok,), _, took = drive([router], key, 3.0)
+        rate = ok / took
+        print(f"local, with a worker: admitted {ok} in {took:.2f}s: {rate:.1f}/s (limit {RATE}/s)")
+        assert RATE * 0.75 < rate < RATE * 1.3, rate  # counted twice, it would be RATE / 2
+    finally:
+        router.stop()
+        hostd.stop()
+        if redis.proc.poll() is None:
+            redis.stop()

@@ -217,6 +217,9 @@ def test_a_worker_gets_the_routers_settings_but_its_own_port_logs_and_no_tenant_
     assert (w.metrics_port, w.access_log) == (9102, "/var/log/mmhost/access.jsonl.w2")
     assert not w.rest_listen and not w.health_port and not w.uploads and not w.tls_client_listen
     assert (w.redis_url, w.max_attempts) == ("redis://r:6379/0", 5)  # the rest as the router's
+    assert not w.quota_router_id
+    named = RouterSettings(**worker_settings(parent.model_dump(mode="json"), 1, "router-a"))
+    assert named.quota_router_id == "router-a"  # counted among the live routers as the router itself
     off = RouterSettings(**worker_settings(RouterSettings(metrics_port=0, access_log="-").model_dump(mode="json"), 1))
     assert (off.metrics_port, off.access_log) == (0, "-")
 

@@ -44,8 +44,9 @@ def test_the_lua_bucket_grants_the_burst_then_says_how_long_to_wait(redis_server
     assert 0 < r.pttl(key) <= 1500
 
 
-@pytest.fixture
-def fleet(tmp_path):
+def one_host(tmp_path, tag: str, *extra_env: tuple[str, str]):
+    """A redis-server of its own, acme's model in a local store, its catalog and key in Redis (rate RATE, burst
+    BURST), and one hostd heartbeating there: (redis, store, env, key, quota prefix, hostd)."""
     (tmp_path / "redis").mkdir()
     redis = RedisServer(tmp_path / "redis")
     store = str(tmp_path / "store")
@@ -53,19 +54,24 @@ def fleet(tmp_path):
     repo = ModelRepository(open_storage(store))
     publish_version(repo, onnx_manifest("acme", "mlp", "1", tmp_path / "m.onnx", "model.onnx"),
                     {"model.onnx": tmp_path / "m.onnx"})
-    tag = uuid.uuid4().hex[:8]
-    env = {"MMHOST_HOSTD_HEARTBEAT_PREFIX": f"f{tag}:hosts:", "MMHOST_ROUTER_HEARTBEAT_PREFIX": f"f{tag}:hosts:",
+    env = {"MMHOST_HOSTD_HEARTBEAT_PREFIX": f"{tag}:hosts:", "MMHOST_ROUTER_HEARTBEAT_PREFIX": f"{tag}:hosts:",
            "MMHOST_HOSTD_HEARTBEAT_INTERVAL_S": "0.2", "MMHOST_HOSTD_HEARTBEAT_TTL_S": "1.5",
-           "MMHOST_ROUTER_TENANTS_PREFIX": f"f{tag}:tenants:", "MMHOST_ROUTER_CATALOG_PREFIX": f"f{tag}:catalog:",
-           "MMHOST_ROUTER_QUOTA_PREFIX": f"f{tag}:quota:"}
-    key = RedisTenants(connect_redis(redis.url), f"f{tag}:tenants:").create("acme", "standard",
-                                                                           {"rate": RATE, "burst": BURST})
-    RedisCatalog(connect_redis(redis.url), repo, f"f{tag}:catalog:").rebuild()
+           "MMHOST_ROUTER_TENANTS_PREFIX": f"{tag}:tenants:", "MMHOST_ROUTER_CATALOG_PREFIX": f"{tag}:catalog:",
+           "MMHOST_ROUTER_QUOTA_PREFIX": f"{tag}:quota:", **dict(extra_env)}
+    key = RedisTenants(connect_redis(redis.url), f"{tag}:tenants:").create("acme", "standard",
+                                                                          {"rate": RATE, "burst": BURST})
+    RedisCatalog(connect_redis(redis.url), repo, f"{tag}:catalog:").rebuild()
     hostd = HostdProc(store, tmp_path, env=env, args=["--redis", redis.url], tenant="nobody")
+    return redis, store, env, key, f"{tag}:quota:", hostd
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    redis, store, env, key, prefix, hostd = one_host(tmp_path, f"f{uuid.uuid4().hex[:8]}")
     args = ["--redis", redis.url, "--store", store, "--refresh-interval", "0.2"]
     with ThreadPoolExecutor(3) as ex:
         routers = list(ex.map(lambda _: RouterProc(tmp_path, args, env=env), range(3)))
-    yield redis, routers, key, f"f{tag}:quota:"
+    yield redis, routers, key, prefix
     for r in routers:
         r.stop()
     hostd.stop()
@@ -218,23 +224,8 @@ def test_a_router_with_lane_workers_counts_once_and_keeps_the_tenants_whole_shar
     two: a tenant's calls are on one of its processes at a time, so counting the worker would halve each limit
     there (concurrency always, rate when Redis is down). The worker talks to Redis (fleet mode on its own
     metrics) and the routers' set still holds one name; with Redis stopped, the tenant gets the whole rate."""
-    (tmp_path / "redis").mkdir()
-    redis = RedisServer(tmp_path / "redis")
-    store = str(tmp_path / "store")
-    build_onnx_mlp(tmp_path / "m.onnx", (IN_DIM, 16, 4))
-    repo = ModelRepository(open_storage(store))
-    publish_version(repo, onnx_manifest("acme", "mlp", "1", tmp_path / "m.onnx", "model.onnx"),
-                    {"model.onnx": tmp_path / "m.onnx"})
-    tag = uuid.uuid4().hex[:8]
-    prefix = f"w{tag}:quota:"
-    env = {"MMHOST_HOSTD_HEARTBEAT_PREFIX": f"w{tag}:hosts:", "MMHOST_ROUTER_HEARTBEAT_PREFIX": f"w{tag}:hosts:",
-           "MMHOST_HOSTD_HEARTBEAT_INTERVAL_S": "0.2", "MMHOST_HOSTD_HEARTBEAT_TTL_S": "1.5",
-           "MMHOST_ROUTER_TENANTS_PREFIX": f"w{tag}:tenants:", "MMHOST_ROUTER_CATALOG_PREFIX": f"w{tag}:catalog:",
-           "MMHOST_ROUTER_QUOTA_PREFIX": prefix, "MMHOST_ROUTER_FAST_LANE_CHECK_INTERVAL_S": "0.2"}
-    key = RedisTenants(connect_redis(redis.url), f"w{tag}:tenants:").create("acme", "standard",
-                                                                           {"rate": RATE, "burst": BURST})
-    RedisCatalog(connect_redis(redis.url), repo, f"w{tag}:catalog:").rebuild()
-    hostd = HostdProc(store, tmp_path, env=env, args=["--redis", redis.url], tenant="nobody")
+    redis, store, env, key, prefix, hostd = one_host(tmp_path, f"w{uuid.uuid4().hex[:8]}",
+                                                     ("MMHOST_ROUTER_FAST_LANE_CHECK_INTERVAL_S", "0.2"))
     router = RouterProc(tmp_path, ["--redis", redis.url, "--store", store, "--refresh-interval", "0.2",
                                    "--fast-lane", "haproxy", "--fast-lane-workers", "1"], env=env)
     try:

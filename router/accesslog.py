@@ -24,13 +24,17 @@ they and the lines of a failed write are counted (`on_drop`: mmhost_router_acces
 rotates by size: past `max_bytes`, FILE becomes FILE.1 (FILE.1 becomes FILE.2 ..., `backups` kept); a rotation
 that fails (FILE moved away or a rename refused) leaves FILE open for appending, and the writer thread goes on
 (it reports a failure once on stderr until a write works again). '-' writes to stdout, where nothing else goes
-(mmhost logs to stderr), so `kubectl logs` of a router with `--access-log -` is the trace.
+(mmhost logs to stderr), so `kubectl logs` of a router with `--access-log -` is the trace. A router's Python-lane
+workers (router/lane_workers.py) share that stdout, so on it a batch goes out in writes of whole lines, each at
+most PIPE_BUF bytes (`whole_line_chunks`), which a pipe never interleaves with another process's: a batch of
+lines written at once tore lines where two processes' batches met (tests/router/test_accesslog_shared_stdout.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
 from collections import deque
@@ -80,6 +84,30 @@ def encode(rec: tuple, sizes: dict | None = None) -> str:
                        "bytes_in": b_in, "bytes_out": b_out, "id": rid}, separators=(",", ":")) + "\n"
 
 
+def whole_line_chunks(lines: list[str], limit: int = select.PIPE_BUF) -> list[str]:
+    """`lines` (each ending in a newline) joined into chunks of whole lines of at most `limit` bytes, in order; a
+    line longer than `limit` is a chunk of its own. Lines are ASCII (see encode), so characters are bytes."""
+    chunks: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        if chunk and size + len(line) > limit:
+            chunks.append("".join(chunk))
+            chunk, size = [], 0
+        chunk.append(line)
+        size += len(line)
+    if chunk:
+        chunks.append("".join(chunk))
+    return chunks
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data` on `fd`: one write(2) when it fits PIPE_BUF (atomic on a pipe), more for a longer line."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class AccessLog:
     def __init__(self, out: TextIO | None, *, path: str | None = None, max_bytes: int = 0, backups: int = 0,
                  max_pending: int = MAX_PENDING, on_drop: Callable[[int], None] | None = None) -> None:
@@ -93,6 +121,7 @@ class AccessLog:
         self._backups = backups
         self._size = os.fstat(out.fileno()).st_size if path and out is not None else 0
         self._pending: deque[tuple] = deque()
+        self._shared = False  # stdout, which other processes may write to: whole lines, PIPE_BUF at a time
         self._max_pending = max_pending
         self._on_drop = on_drop
         self.dropped = 0
@@ -106,7 +135,9 @@ class AccessLog:
         if not where:
             return cls(None)
         if where == "-":
-            return cls(sys.stdout, on_drop=on_drop)
+            log = cls(sys.stdout, on_drop=on_drop)
+            log._shared = True  # the workers' stdout too: whole lines per write
+            return log
         return cls(open(where, "a", encoding="utf-8"), path=where, max_bytes=max_bytes,  # noqa: SIM115 - close()
                    backups=backups, on_drop=on_drop)
 
@@ -169,8 +200,14 @@ class AccessLog:
                 if out.closed and self._path is not None:  # a rotation could not reopen the file: again now
                     self._open("a")
                     out = self._out
-                out.write(text)
-                out.flush()
+                if self._shared:
+                    out.flush()  # anything written through the stream first
+                    fd = out.fileno()
+                    for chunk in whole_line_chunks(lines):
+                        _write_all(fd, chunk.encode("ascii"))
+                else:
+                    out.write(text)
+                    out.flush()
             except (OSError, ValueError):  # ValueError: a closed stream
                 self._count_dropped(len(lines))
                 raise

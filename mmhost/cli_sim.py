@@ -16,8 +16,9 @@ from rich.table import Table
 sim_app = typer.Typer(no_args_is_help=True, help="Simulate cache size, eviction policy and batching choices.")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or JSON config; flags override")]
-TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay a router access log (JSON lines; other "
-                                               "lines and non-OK requests are skipped and counted)")]
+TraceOpt = Annotated[list[Path] | None, typer.Option("--trace", help="replay a router access log (JSON lines; other "
+                                                     "lines and non-OK requests are skipped and counted); repeat it "
+                                                     "for several (routers, their workers' FILE.wN): merged by time")]
 SizesFromOpt = Annotated[str | None, typer.Option("--sizes-from", help="with --trace: model sizes from this model "
                                                   "store (folder, file:// or s3://) instead of the log's size_bytes")]
 ModelsOpt = Annotated[int | None, typer.Option("--models", help="synthetic: number of models")]
@@ -44,7 +45,7 @@ def _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, a
         "workload": {"models": models, "requests": requests, "tenants": tenants, "zipf": zipf,
                      "size_median": size_median, "size_sigma": size_sigma, "rate": rate, "arrivals": arrivals,
                      "drift_period_s": drift, "noisy_models": noisy, "noisy_share": nshare, "seed": seed},
-        "trace": trace,
+        "trace": list(trace) if trace else None,
         "policies": policy or None,
         "costs": json.loads(costs.read_text()) if costs else None,
     }
@@ -151,7 +152,7 @@ def run_cmd(
                                **cfg.cache_kwargs()) if p != "offline" else run_policy(wl, size, p, cm, **cfg.cache_kwargs())
             prog.update(task, completed=len(wl))
             results.append(r)
-    src = f"trace {cfg.trace}" if cfg.trace else f"{len(wl.models)} models, zipf {cfg.workload.zipf}"
+    src = f"trace {', '.join(map(str, cfg.trace))}" if cfg.trace else f"{len(wl.models)} models, zipf {cfg.workload.zipf}"
     title = f"{len(wl):,} requests, {src}, cache {size / 1e9:.2f} GB ({size / wl.total_bytes:.0%}), {cfg.mode} mode"
     rows = [r.row() for r in results]
     console.print(results_table(rows, title))

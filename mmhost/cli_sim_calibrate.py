@@ -36,8 +36,9 @@ def calibrate_cmd(
     samples: Annotated[int, typer.Option(min=1, help="scrapes of each URL (2 or more: load samples per interval)")] = 2,
     interval: Annotated[float, typer.Option(min=0.0, help="seconds between scrapes")] = 10.0,
     timeout: Annotated[float, typer.Option(help="seconds per scrape")] = 5.0,
-    access_log: Annotated[Path | None, typer.Option(
-        "--access-log", help="a router's access log (JSON lines) from the same traffic: the time requests spend "
+    access_log: Annotated[list[Path] | None, typer.Option(
+        "--access-log", help="a router's access log (JSON lines) from the same traffic, repeatable (routers, their "
+        "Python-lane workers' FILE.wN): the time requests spend "
         "outside hostd, measured per request: one spread for requests that did not wait on a load and, by how long "
         "they waited, for those that did (default: one spread estimated from the metrics' histograms)")] = None,
 ) -> None:
@@ -72,10 +73,10 @@ def calibrate_cmd(
     if not hosts:
         raise typer.BadParameter("no hostd among the URLs: the costs come from hostd metrics", param_hint="--from-metrics")
     records = []
-    if access_log is not None:
+    if access_log:
         from sim.trace import access_records
 
-        records = access_records(access_log)
+        records = [r for f in access_log for r in access_records(f)]
     cfg = calibrate_cluster(hosts, routers, access_log=records)
     SimConfig.model_validate(cfg)  # what sim run will read
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hostd.batch_policy import BatchConfig
 from hostd.cache.policy import POLICIES, Share
@@ -36,7 +36,9 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: SyntheticConfig = SyntheticConfig()
-    trace: Path | None = Field(None, description="replay this access log (JSON lines) instead of synthesizing")
+    trace: list[Path] | None = Field(None, description="replay these access logs (JSON lines) instead of "
+                                     "synthesizing, merged in time order: a fleet's routers and their Python-lane "
+                                     "workers' (FILE.wN) each write one")
     sizes_from: str | None = Field(None, description="trace: model sizes from this model store's manifests "
                                    "(folder, file:// or s3://) instead of the trace's size_bytes")
     mode: Literal["cache", "full"] = "cache"
@@ -107,6 +109,16 @@ class SimConfig(BaseModel):
 
     def cost_model(self) -> CostModel:
         return calibrate(self.costs) if self.costs else CostModel()
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _one_or_more(cls, v):
+        """A config file may name one log or a list; none (an empty list) means a synthetic workload."""
+        if v is None:
+            return None
+        if isinstance(v, (list, tuple)):
+            return list(v) or None
+        return [v]
 
     def load_workload(self) -> Workload:
         return self.load_workload_report()[0]

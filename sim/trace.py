@@ -13,14 +13,15 @@ What is replayed, and what is not (counted in the TraceReport, which `mmhost sim
 
 Model sizes: `sizes[key]` when given (`--sizes-from URI`: the store's manifests, sim/store_sizes.py), else the
 largest size_bytes any line gave it, else `default_size`, and the report counts those models (a replay that
-guessed sizes says so). Lines are replayed in time order (stable for equal times).
+guessed sizes says so). Lines are replayed in time order (stable for equal times), several logs merged: a fleet
+has one per router, and a router with Python-lane workers one per process (FILE, FILE.w1, ...).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class TraceReport:
     sized_default: list[str] = field(default_factory=list)  # models given default_size (no size known)
     default_size: int = DEFAULT_SIZE
     first_bad: int = 0  # line number of the first non-JSON line (0: none)
+    first_bad_file: str = ""  # the file it is in, when several were read
 
     @property
     def shed(self) -> int:
@@ -62,7 +64,8 @@ class TraceReport:
         out = [f"replayed {self.replayed:,} of {self.lines:,} lines"]
         skipped = []
         if self.non_json:
-            skipped.append(f"{self.non_json:,} not JSON (first at line {self.first_bad})")
+            where = f"{self.first_bad_file} " if self.first_bad_file else ""
+            skipped.append(f"{self.non_json:,} not JSON (first at {where}line {self.first_bad})")
         if self.not_trace:
             skipped.append(f"{self.not_trace:,} JSON without ts/tenant/model/version")
         for status, n in sorted(self.skipped_status.items(), key=lambda kv: -kv[1]):
@@ -80,17 +83,44 @@ class TraceReport:
         return out
 
 
-def read_trace_report(path: str | Path, default_size: int = DEFAULT_SIZE, sizes: Mapping[str, int] | None = None,
+def read_trace_report(path: str | Path | Sequence[str | Path], default_size: int = DEFAULT_SIZE,
+                      sizes: Mapping[str, int] | None = None,
                       sizes_for: Callable[[list[str]], Mapping[str, int]] | None = None
                       ) -> tuple[Workload, TraceReport]:
-    """The workload and what was skipped. `sizes`: known sizes by key; `sizes_for(keys)`: called once with
-    the replayed models' keys for sizes that win over the trace's (the store's, sim/store_sizes.py)."""
+    """The workload and what was skipped. `path`: one access log or several (a fleet's routers, a router's
+    Python-lane workers' FILE.wN), merged in time order. `sizes`: known sizes by key; `sizes_for(keys)`:
+    called once with the replayed models' keys for sizes that win over the trace's (the store's,
+    sim/store_sizes.py)."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
     rep = TraceReport(default_size=default_size)
     index: dict[str, int] = {}
     tenants: list[str] = []
     sizes_seen: dict[str, int] = {}
     ts: list[float] = []
     model: list[int] = []
+    for p in paths:
+        _read_one(p, len(paths) > 1, rep, index, tenants, sizes_seen, ts, model)
+    rep.replayed = len(ts)
+    if not ts:
+        raise ValueError(f"{', '.join(map(str, paths))}: no request to replay ({'; '.join(rep.summary())})")
+    known = dict(sizes or {})
+    if sizes_for is not None:
+        known.update(sizes_for(list(index)))
+    models = []
+    for k, i in index.items():
+        size = known.get(k) or sizes_seen.get(k, 0)
+        if not size:
+            rep.sized_default.append(k)
+            size = default_size
+        models.append(ModelSpec(k, tenants[i], size))
+    t_arr = np.asarray(ts, dtype=np.float64)
+    order = np.argsort(t_arr, kind="stable")
+    return Workload(models, t_arr[order], np.asarray(model, dtype=np.int64)[order]), rep
+
+
+def _read_one(path: str | Path, named: bool, rep: TraceReport, index: dict[str, int], tenants: list[str],
+              sizes_seen: dict[str, int], ts: list[float], model: list[int]) -> None:
+    """One access log's records into the lists (`named`: say which file a bad line is in)."""
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -102,7 +132,8 @@ def read_trace_report(path: str | Path, default_size: int = DEFAULT_SIZE, sizes:
                 rec = None
             if not isinstance(rec, dict):
                 rep.non_json += 1
-                rep.first_bad = rep.first_bad or lineno
+                if not rep.first_bad:
+                    rep.first_bad, rep.first_bad_file = lineno, str(path) if named else ""
                 continue
             try:
                 key = f"{rec['tenant']}/{rec['model']}/{rec['version']}"
@@ -128,25 +159,10 @@ def read_trace_report(path: str | Path, default_size: int = DEFAULT_SIZE, sizes:
                 tenants.append(str(rec["tenant"]))
             ts.append(t)
             model.append(i)
-    rep.replayed = len(ts)
-    if not ts:
-        raise ValueError(f"{path}: no request to replay ({'; '.join(rep.summary())})")
-    known = dict(sizes or {})
-    if sizes_for is not None:
-        known.update(sizes_for(list(index)))
-    models = []
-    for k, i in index.items():
-        size = known.get(k) or sizes_seen.get(k, 0)
-        if not size:
-            rep.sized_default.append(k)
-            size = default_size
-        models.append(ModelSpec(k, tenants[i], size))
-    t_arr = np.asarray(ts, dtype=np.float64)
-    order = np.argsort(t_arr, kind="stable")
-    return Workload(models, t_arr[order], np.asarray(model, dtype=np.int64)[order]), rep
 
 
-def read_trace(path: str | Path, default_size: int = DEFAULT_SIZE, sizes: Mapping[str, int] | None = None) -> Workload:
+def read_trace(path: str | Path | Sequence[str | Path], default_size: int = DEFAULT_SIZE,
+               sizes: Mapping[str, int] | None = None) -> Workload:
     return read_trace_report(path, default_size, sizes)[0]
 
 

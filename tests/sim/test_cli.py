@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -59,3 +60,26 @@ def test_a_replay_that_sheds_most_requests_says_so_loudly(tmp_path):
 def test_sim_rejects_bad_input():
     res = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--requests", "10"])
     assert res.exit_code != 0 and "unknown policy" in res.output
+
+
+def test_sim_run_replays_several_access_logs_given_as_repeated_traces(tmp_path):
+    logs = []
+    for n in range(2):  # a router's log and its worker's, 20 requests each
+        f = tmp_path / f"access.jsonl{'.w1' if n else ''}"
+        f.write_text("".join(json.dumps({"ts": float(2 * i + n), "tenant": "a", "model": f"m{i % 3}", "version": "1",
+                                         "size_bytes": 100}) + "\n" for i in range(20)))
+        logs += ["--trace", str(f)]
+    res = runner.invoke(app, ["sim", "run", *logs, "--cache-bytes", "300", "-p", "lru"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "replayed 40 of 40 lines" in res.output and "40 requests" in res.output
+
+
+def test_a_config_file_names_one_access_log_or_several(tmp_path):
+    from sim.config import load_config
+
+    one = tmp_path / "one.yaml"
+    one.write_text("trace: a.jsonl\n")
+    assert load_config(one, {}).trace == [Path("a.jsonl")]
+    many = tmp_path / "many.yaml"
+    many.write_text("trace: [a.jsonl, a.jsonl.w1]\n")
+    assert load_config(many, {}).trace == [Path("a.jsonl"), Path("a.jsonl.w1")]

@@ -88,3 +88,17 @@ def test_access_records_keep_the_json_objects_and_skip_the_rest(tmp_path):
     p = tmp_path / "access.jsonl"
     p.write_text('{"status": "OK", "total_ms": 3.0}\nINFO router started\n[1, 2]\n\n{"status": "OK", "total_ms"')
     assert access_records(p) == [{"status": "OK", "total_ms": 3.0}]
+
+
+def test_several_access_logs_replay_as_one_trace_in_time_order(tmp_path):
+    """A router with Python-lane workers writes FILE and FILE.w1 (a fleet: one per router): their records,
+    read together, replay as one trace in time order, and a bad line is reported with its file."""
+    main = _write(tmp_path / "access.jsonl", LINES[:3])
+    worker = _write(tmp_path / "access.jsonl.w1", LINES[3:], extra="not json\n")
+    wl, rep = read_trace_report([main, worker], default_size=80)
+    whole = read_trace(_write(tmp_path / "one.jsonl", LINES), default_size=80)
+    assert wl.ts.tolist() == whole.ts.tolist() == [100.0, 100.5, 101.0, 102.0, 103.0, 104.0]
+    assert [wl.models[i].key for i in wl.model] == [whole.models[i].key for i in whole.model]
+    assert {m.key: m.size for m in wl.models} == {m.key: m.size for m in whole.models}  # a's 120 from the worker's
+    assert (rep.lines, rep.replayed, rep.non_json) == (7, 6, 1)
+    assert f"1 not JSON (first at {worker} line 5)" in "\n".join(rep.summary())  # 3 records, a blank line

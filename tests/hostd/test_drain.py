@@ -48,8 +48,13 @@ async def _drain_scenario(h: HostdProc) -> tuple[list, int, bool]:
     return results, accepted, refused
 
 
+# the drain's linger as shipped (tests/hostd_proc.py sets 0 for the others): a call made after the drain, while
+# it lingers, is refused UNAVAILABLE with retry-after-ms, never cancelled
+AS_SHIPPED = {"MMHOST_HOSTD_DRAIN_LINGER_S": "1"}
+
+
 def test_sigterm_drains_in_flight_requests(demo_store, tmp_path):
-    h = HostdProc(str(demo_store), tmp_path)
+    h = HostdProc(str(demo_store), tmp_path, env=AS_SHIPPED)
     try:
         results, accepted, refused = asyncio.run(_drain_scenario(h))
         ok = [r for r in results if not isinstance(r, Exception)]
@@ -72,7 +77,8 @@ def test_sigterm_exits_while_storage_hangs(tmp_path):
     process exits 0 well inside its grace, not after the storage's timeouts (97 s before it was fixed)."""
     with SilentServer() as store:
         env = {"MMHOST_S3_ENDPOINT_URL": store.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-               "MMHOST_S3_READ_TIMEOUT_S": "60", "MMHOST_S3_MAX_ATTEMPTS": "2", "MMHOST_HOSTD_DRAIN_TIMEOUT_S": "1"}
+               "MMHOST_S3_READ_TIMEOUT_S": "60", "MMHOST_S3_MAX_ATTEMPTS": "2", "MMHOST_HOSTD_DRAIN_TIMEOUT_S": "1",
+               **AS_SHIPPED}
         h = HostdProc("s3://models/store", tmp_path, env=env)
         try:
             call = h.stub.ModelInfer.future(pb.ModelInferRequest(model_name="m"), timeout=180)

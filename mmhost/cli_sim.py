@@ -45,7 +45,7 @@ def _overrides(models, requests, tenants, zipf, size_median, size_sigma, rate, a
         "workload": {"models": models, "requests": requests, "tenants": tenants, "zipf": zipf,
                      "size_median": size_median, "size_sigma": size_sigma, "rate": rate, "arrivals": arrivals,
                      "drift_period_s": drift, "noisy_models": noisy, "noisy_share": nshare, "seed": seed},
-        "trace": list(trace) if trace else None,
+        "trace": trace or None,
         "policies": policy or None,
         "costs": json.loads(costs.read_text()) if costs else None,
     }

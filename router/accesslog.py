@@ -110,8 +110,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class AccessLog:
     def __init__(self, out: TextIO | None, *, path: str | None = None, max_bytes: int = 0, backups: int = 0,
-                 max_pending: int = MAX_PENDING, on_drop: Callable[[int], None] | None = None) -> None:
-        """`out`: where lines go (None: off); `path`: its file, for rotation past `max_bytes` (0: never)."""
+                 max_pending: int = MAX_PENDING, on_drop: Callable[[int], None] | None = None,
+                 shared: bool = False) -> None:
+        """`out`: where lines go (None: off); `path`: its file, for rotation past `max_bytes` (0: never);
+        `shared`: other processes write to `out` too (stdout): whole lines, PIPE_BUF at a time."""
         self._out = out
         self._path = path
         # (tenant, model, version) -> stored size, from the hostds' mmhost-served trailers written so far: the size
@@ -121,7 +123,7 @@ class AccessLog:
         self._backups = backups
         self._size = os.fstat(out.fileno()).st_size if path and out is not None else 0
         self._pending: deque[tuple] = deque()
-        self._shared = False  # stdout, which other processes may write to: whole lines, PIPE_BUF at a time
+        self._shared = shared
         self._max_pending = max_pending
         self._on_drop = on_drop
         self.dropped = 0
@@ -135,9 +137,7 @@ class AccessLog:
         if not where:
             return cls(None)
         if where == "-":
-            log = cls(sys.stdout, on_drop=on_drop)
-            log._shared = True  # the workers' stdout too: whole lines per write
-            return log
+            return cls(sys.stdout, on_drop=on_drop, shared=True)  # the Python-lane workers' stdout too
         return cls(open(where, "a", encoding="utf-8"), path=where, max_bytes=max_bytes,  # noqa: SIM115 - close()
                    backups=backups, on_drop=on_drop)
 
@@ -195,7 +195,8 @@ class AccessLog:
                 lines.append(encode(pending.popleft(), self.stored_sizes))
             if not lines:
                 return
-            text = "".join(lines)
+            # the lines joined once: into PIPE_BUF chunks on a shared stdout, else into one write
+            chunks = whole_line_chunks(lines) if self._shared else ["".join(lines)]
             try:
                 if out.closed and self._path is not None:  # a rotation could not reopen the file: again now
                     self._open("a")
@@ -203,16 +204,16 @@ class AccessLog:
                 if self._shared:
                     out.flush()  # anything written through the stream first
                     fd = out.fileno()
-                    for chunk in whole_line_chunks(lines):
+                    for chunk in chunks:
                         _write_all(fd, chunk.encode("ascii"))
                 else:
-                    out.write(text)
+                    out.write(chunks[0])
                     out.flush()
             except (OSError, ValueError):  # ValueError: a closed stream
                 self._count_dropped(len(lines))
                 raise
             if self._max_bytes:
-                self._size += len(text)  # ASCII (see encode): characters are bytes
+                self._size += len(chunks[0])  # a file: one chunk, ASCII (see encode): characters are bytes
                 if self._size >= self._max_bytes:
                     self._rotate()
 

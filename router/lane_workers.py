@@ -49,7 +49,7 @@ def worker_settings(parent: Mapping[str, Any], index: int, quota_id: str = "") -
         tls_client_ca=None, tls_client_listen="", rest_listen="", health_port=0, uploads=False,
         access_log=f"{access}.w{index}" if access and access != "-" else access,
         metrics_port=(s["metrics_port"] + index) if s.get("metrics_port") else 0,
-        quota_router_id=quota_id or s.get("quota_router_id", ""),
+        quota_router_id=quota_id,
     )
     return s
 
@@ -117,7 +117,7 @@ class LaneWorkers:
     """The router's Python-lane workers and each tenant's lane (router/server.py holds one): started with the
     router, watched at each fast-lane refresh, stopped with it."""
 
-    def __init__(self, settings: RouterSettings, metrics: RouterMetrics, quota_id: str = "") -> None:
+    def __init__(self, settings: RouterSettings, metrics: RouterMetrics, quota_id: str) -> None:
         """`quota_id`: the router's name among the live routers (fleet quotas), which its workers count under."""
         parent = settings.model_dump(mode="json")
         self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i, quota_id)))

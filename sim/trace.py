@@ -98,8 +98,44 @@ def read_trace_report(path: str | Path | Sequence[str | Path], default_size: int
     sizes_seen: dict[str, int] = {}
     ts: list[float] = []
     model: list[int] = []
-    for p in paths:
-        _read_one(p, len(paths) > 1, rep, index, tenants, sizes_seen, ts, model)
+    named = len(paths) > 1  # a bad line says which file it is in
+    for path_of, lineno, line in _numbered_lines(paths):
+        if not line.strip():
+            continue
+        rep.lines += 1
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict):
+            rep.non_json += 1
+            if not rep.first_bad:
+                rep.first_bad, rep.first_bad_file = lineno, str(path_of) if named else ""
+            continue
+        try:
+            key = f"{rec['tenant']}/{rec['model']}/{rec['version']}"
+            t = float(rec["ts"])
+            size = int(rec.get("size_bytes") or 0)
+        except (KeyError, ValueError, TypeError):
+            rep.not_trace += 1
+            continue
+        if size > sizes_seen.get(key, 0):
+            sizes_seen[key] = size
+        status = rec.get("status", "OK")
+        if status != "OK":
+            rep.skipped_status[str(status)] += 1
+            if status in SHED_STATUSES:
+                rep.shed_reasons[str(rec.get("reason") or status.lower())] += 1
+            continue
+        if not rec["model"]:
+            rep.not_trace += 1
+            continue
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(tenants)
+            tenants.append(str(rec["tenant"]))
+        ts.append(t)
+        model.append(i)
     rep.replayed = len(ts)
     if not ts:
         raise ValueError(f"{', '.join(map(str, paths))}: no request to replay ({'; '.join(rep.summary())})")
@@ -118,47 +154,12 @@ def read_trace_report(path: str | Path | Sequence[str | Path], default_size: int
     return Workload(models, t_arr[order], np.asarray(model, dtype=np.int64)[order]), rep
 
 
-def _read_one(path: str | Path, named: bool, rep: TraceReport, index: dict[str, int], tenants: list[str],
-              sizes_seen: dict[str, int], ts: list[float], model: list[int]) -> None:
-    """One access log's records into the lists (`named`: say which file a bad line is in)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rep.lines += 1
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                rec = None
-            if not isinstance(rec, dict):
-                rep.non_json += 1
-                if not rep.first_bad:
-                    rep.first_bad, rep.first_bad_file = lineno, str(path) if named else ""
-                continue
-            try:
-                key = f"{rec['tenant']}/{rec['model']}/{rec['version']}"
-                t = float(rec["ts"])
-                size = int(rec.get("size_bytes") or 0)
-            except (KeyError, ValueError, TypeError):
-                rep.not_trace += 1
-                continue
-            if size > sizes_seen.get(key, 0):
-                sizes_seen[key] = size
-            status = rec.get("status", "OK")
-            if status != "OK":
-                rep.skipped_status[str(status)] += 1
-                if status in SHED_STATUSES:
-                    rep.shed_reasons[str(rec.get("reason") or status.lower())] += 1
-                continue
-            if not rec["model"]:
-                rep.not_trace += 1
-                continue
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(tenants)
-                tenants.append(str(rec["tenant"]))
-            ts.append(t)
-            model.append(i)
+def _numbered_lines(paths: Sequence[str | Path]) -> Iterable[tuple[str | Path, int, str]]:
+    """(file, line number, line) of every line of the files, one file after another."""
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                yield path, lineno, line
 
 
 def read_trace(path: str | Path | Sequence[str | Path], default_size: int = DEFAULT_SIZE,

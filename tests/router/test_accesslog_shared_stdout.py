@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 
-from router.accesslog import whole_line_chunks  # noqa: E402
+from router.accesslog import whole_line_chunks
 
 WRITER = r"""
 import sys, time

@@ -39,7 +39,7 @@ from dataclasses import replace
 from ipaddress import ip_address
 from pathlib import Path
 
-from ground.children import die_with_parent
+from ground.children import dies_with_parent
 from ground.cpus import usable_cpus
 from ground.tls import TLSFiles
 from router.fastlane_config import (LANES_TABLE, FastLaneConfig, FastRecord, batches, map_commands, parse_lane_rates,
@@ -198,8 +198,8 @@ class FastLane:
             self._reader.start()
         # started from the event loop's thread, the one that lives as long as the router: PDEATHSIG follows the
         # thread that forked. SIGUSR1 is HAProxy's soft stop (it finishes the calls in flight)
-        self.proc = subprocess.Popen([self.binary, "-db", "-q", "-f", str(cfg_path)], stdin=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent(signal.SIGUSR1))
+        self.proc = subprocess.Popen(dies_with_parent([self.binary, "-db", "-q", "-f", str(cfg_path)], signal.SIGUSR1),
+                                     stdin=subprocess.DEVNULL)
         for _ in range(100):  # the admin socket answers once HAProxy is up
             if self.proc.poll() is not None:
                 raise FastLaneError(f"HAProxy exited at start (code {self.proc.returncode}); is {self.cfg.listen} free?")

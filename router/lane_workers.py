@@ -5,11 +5,13 @@ assigns tenants; docs/fast-lane.md says what was measured.
 
 A worker is the same Router as this one, started by `python -m router.lane_workers` with the parent's settings
 as JSON on its stdin (kept open: it stops at its end), and these differences (`worker_settings`): it listens on
-a loopback port of its own in plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port, upload service or tenant
-certificate port (the router itself keeps those), writes its access log to FILE.wN, and serves its metrics on
-metrics_port + N. It says its port on a pipe of its own once it serves. The router starts a worker again at its next
-refresh when it exits (`LaneWorkers.lanes`); meanwhile HAProxy sends its tenants to the router itself (each
-worker's backend has the router as its backup server).
+a loopback port of its own in plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port,
+upload service or tenant certificate port (the router itself keeps those), writes its access log to FILE.wN,
+and serves its metrics on 127.0.0.1:(metrics_port + N), which the router's own metrics port re-exports with
+`lane_worker="N"` at each scrape (`metrics_sources`, ground/metrics_merge.py). It says its port on a pipe of its
+own once it serves. The router starts a worker again at its next refresh when it exits (`LaneWorkers.lanes`);
+meanwhile HAProxy sends its tenants to the router itself (each worker's backend has the router as its backup
+server).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def worker_settings(parent: Mapping[str, Any], index: int, quota_id: str = "") -
         listen="127.0.0.1:0", fast_lane="off", fast_lane_workers=0, plaintext=True, tls_cert=None, tls_key=None,
         tls_client_ca=None, tls_client_listen="", rest_listen="", health_port=0, uploads=False,
         access_log=f"{access}.w{index}" if access and access != "-" else access,
-        metrics_port=(s["metrics_port"] + index) if s.get("metrics_port") else 0,
+        metrics_host="127.0.0.1", metrics_port=(s["metrics_port"] + index) if s.get("metrics_port") else 0,
         quota_router_id=quota_id,
     )
     return s
@@ -59,6 +61,7 @@ class LaneWorker:
 
     def __init__(self, index: int, settings_json: str) -> None:
         self.index, self._json = index, settings_json
+        self.metrics_port = int(json.loads(settings_json).get("metrics_port") or 0)  # on 127.0.0.1; 0 = none
         self.proc: subprocess.Popen | None = None
         self.address = ""  # 127.0.0.1:port once it serves
 
@@ -130,6 +133,11 @@ class LaneWorkers:
     @property
     def addresses(self) -> list[str]:
         return [w.address for w in self.workers]
+
+    def metrics_sources(self) -> list[tuple[str, str]]:
+        """(worker index, URL) of each worker's metrics port, for the router's port to re-export (empty without
+        metrics_port): read at each scrape, so a restarted worker is back at once."""
+        return [(str(w.index), f"http://127.0.0.1:{w.metrics_port}/metrics") for w in self.workers if w.metrics_port]
 
     async def start(self) -> None:
         try:

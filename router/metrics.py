@@ -112,6 +112,10 @@ class RouterMetrics:
                                registry=None)
         self.lane_moves = Counter("mmhost_router_lane_moves_total", "Tenants moved from one Python-lane router "
                                   "process to another (router/lane_policy.py)", registry=None)
+        self.lane_worker_metrics_failures = Counter(
+            "mmhost_router_lane_worker_metrics_failures_total", "Scrapes of this port that left a Python-lane "
+            "worker's series out: the worker's own metrics port did not answer (restarting, stopped)", ["lane"],
+            registry=None)
         register_process_collectors(r)
 
     def answered(self, tenant: str, model: str, status: str, seconds: float) -> None:
@@ -136,7 +140,8 @@ class RouterMetrics:
 
     def lane_workers_mode(self) -> None:
         """Export the Python-lane workers' series (fast_lane_workers > 0)."""
-        for m in (self.lane_workers_up, self.lane_worker_restarts, self.lane_tenants, self.lane_rate, self.lane_moves):
+        for m in (self.lane_workers_up, self.lane_worker_restarts, self.lane_tenants, self.lane_rate, self.lane_moves,
+                  self.lane_worker_metrics_failures):
             self.registry.register(m)
 
     def redis_mode(self) -> None:

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from ground import tls
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
+from ground.metrics_merge import MergedCollector, merged_registry
 from ground.serving import exit_after, run_until_signal
 from ground.settings import S3Settings
 from ground.units import parse_bytes
@@ -360,7 +361,13 @@ class Router:
             self._fast_lane_task = asyncio.get_running_loop().create_task(self._every("fast_lane", self.sync_fast_lane))
             self._tasks.append(self._fast_lane_task)
         if s.metrics_port:
-            self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, self.metrics.registry)
+            registry = self.metrics.registry
+            if self.lane_workers is not None:  # one port for the pod: the workers' series too, labelled
+                lanes = self.lane_workers
+                failures = self.metrics.lane_worker_metrics_failures
+                registry = merged_registry(MergedCollector(
+                    registry, lanes.metrics_sources, "lane_worker", on_failure=lambda i: failures.labels(i).inc()))
+            self.metrics_http = serve_metrics(s.metrics_host, s.metrics_port, registry)
         await self.server.start()
         if rest_enabled(s.rest_listen):  # aiohttp on this loop: no thread or loop of its own
             self.rest = RestServer(self.servicer, s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -162,6 +163,17 @@ def test_two_busy_tenants_are_served_by_different_processes(cluster):
     lines = [line["id"] for path in (r.access_log, Path(f"{r.access_log}.w1"))
              for line in access(_at(path))]
     assert len(lines) == len(set(lines))
+    # one metrics port for both processes: the worker's series come through the router's, labelled with it
+    on_worker = next(t for t, p in places.items() if p == {"worker"})
+    on_router = next(t for t, p in places.items() if p == {"router"})
+    text = r.metrics_text()
+    name = "mmhost_router_requests_total"
+    assert metric_value(text, name, tenant=on_worker, lane_worker="1") >= len(after[on_worker])
+    assert metric_value(text, name, tenant=on_router, lane_worker="1") == 0  # it was the router's all along
+    assert metric_value(text, name, tenant=on_router) >= len(after[on_router])
+    assert metric_value(text, "process_resident_memory_bytes", lane_worker="1") > 0  # the worker's own process
+    check = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    assert check.returncode in (0, 3) and b"error" not in check.stderr.lower(), check.stderr  # 3: lint only
 
 
 def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluster):
@@ -210,11 +222,12 @@ def test_a_worker_gets_the_routers_settings_but_its_own_port_logs_and_no_tenant_
     from router.lane_workers import worker_settings
 
     parent = RouterSettings(listen="0.0.0.0:8000", fast_lane="haproxy", fast_lane_workers=2, plaintext=True,
-                            metrics_port=9100, access_log="/var/log/mmhost/access.jsonl", rest_listen="0.0.0.0:8080",
-                            health_port=8081, uploads=True, redis_url="redis://r:6379/0", max_attempts=5)
+                            metrics_host="0.0.0.0", metrics_port=9100, access_log="/var/log/mmhost/access.jsonl",
+                            rest_listen="0.0.0.0:8080", health_port=8081, uploads=True, redis_url="redis://r:6379/0", max_attempts=5)
     w = RouterSettings(**worker_settings(parent.model_dump(mode="json"), 2))
     assert (w.listen, w.fast_lane, w.fast_lane_workers) == ("127.0.0.1:0", "off", 0)
-    assert (w.metrics_port, w.access_log) == (9102, "/var/log/mmhost/access.jsonl.w2")
+    assert (w.metrics_host, w.metrics_port) == ("127.0.0.1", 9102)  # loopback: the router's port re-exports it
+    assert w.access_log == "/var/log/mmhost/access.jsonl.w2"
     assert not w.rest_listen and not w.health_port and not w.uploads and not w.tls_client_listen
     assert (w.redis_url, w.max_attempts) == ("redis://r:6379/0", 5)  # the rest as the router's
     assert not w.quota_router_id

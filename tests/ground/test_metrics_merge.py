@@ -91,3 +91,20 @@ def test_a_real_source_is_read_over_http_and_the_page_is_valid_in_both_formats()
             assert check.returncode in (0, 3) and b"error" not in check.stderr.lower(), check.stderr
     finally:
         server.close()
+
+
+def test_sources_are_read_at_once_and_kept_in_order():
+    import threading
+
+    own, _ = _registry("a", 1)
+    started = threading.Barrier(3, timeout=5)  # all three reads in flight together, or the barrier breaks
+    others = {str(i): _registry(f"t{i}", i)[0] for i in (1, 2, 3)}
+
+    def fetch(url: str, timeout: float):
+        started.wait()
+        return list(others[url].collect())
+
+    reg = merged_registry(MergedCollector(own, lambda: [(i, i) for i in ("1", "2", "3")], "lane_worker", fetch=fetch))
+    text = generate_latest(reg).decode()
+    assert _samples(text, "mmhost_router_requests_total") == {
+        (("tenant", "a"),): 1.0, **{(("lane_worker", i), ("tenant", f"t{i}")): float(i) for i in ("1", "2", "3")}}

@@ -23,7 +23,7 @@ PR_SET_PDEATHSIG = 1
 _EXEC_WITH_PDEATHSIG = (
     "import ctypes, os, sys\n"
     "sig, parent, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]\n"
-    "if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) != 0:\n"
+    f"if ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, sig, 0, 0, 0) != 0:\n"
     "    sys.exit('prctl(PR_SET_PDEATHSIG) failed: ' + os.strerror(ctypes.get_errno()))\n"
     "if os.getppid() != parent:\n"
     "    sys.exit(0)\n"

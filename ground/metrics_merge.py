@@ -78,11 +78,9 @@ class MergedCollector:
     def _read(self) -> list[tuple[str, list[Metric]]]:
         """Every source, read at once (a stopped one costs the timeout, not the timeout per source), in order."""
         sources = list(self.sources())
-        if len(sources) <= 1:
-            got = [self._read_one(*s) for s in sources]
-        else:
-            with ThreadPoolExecutor(max_workers=min(len(sources), MAX_PARALLEL), thread_name_prefix="metrics-merge") as ex:
-                got = list(ex.map(lambda s: self._read_one(*s), sources))
+        with ThreadPoolExecutor(max_workers=max(1, min(len(sources), MAX_PARALLEL)),
+                                thread_name_prefix="metrics-merge") as ex:
+            got = list(ex.map(lambda s: self._read_one(*s), sources))
         return [g for g in got if g is not None]
 
     def collect(self) -> Iterator[Metric]:

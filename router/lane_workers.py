@@ -59,9 +59,10 @@ def worker_settings(parent: Mapping[str, Any], index: int, quota_id: str = "") -
 class LaneWorker:
     """One worker process: started, watched, stopped by the router (router/server.py)."""
 
-    def __init__(self, index: int, settings_json: str) -> None:
-        self.index, self._json = index, settings_json
-        self.metrics_port = int(json.loads(settings_json).get("metrics_port") or 0)  # on 127.0.0.1; 0 = none
+    def __init__(self, index: int, settings: Mapping[str, Any]) -> None:
+        """`settings`: worker_settings(...), as JSON-ready values."""
+        self.index, self._json = index, json.dumps(settings)
+        self.metrics_port = int(settings.get("metrics_port") or 0)  # on 127.0.0.1; 0 = none
         self.proc: subprocess.Popen | None = None
         self.address = ""  # 127.0.0.1:port once it serves
 
@@ -123,7 +124,7 @@ class LaneWorkers:
     def __init__(self, settings: RouterSettings, metrics: RouterMetrics, quota_id: str) -> None:
         """`quota_id`: the router's name among the live routers (fleet quotas), which its workers count under."""
         parent = settings.model_dump(mode="json")
-        self.workers = [LaneWorker(i, json.dumps(worker_settings(parent, i, quota_id)))
+        self.workers = [LaneWorker(i, worker_settings(parent, i, quota_id))
                         for i in range(1, settings.fast_lane_workers + 1)]
         self.rebalance_ratio = settings.fast_lane_rebalance_ratio
         self.metrics = metrics

@@ -33,13 +33,15 @@ class HostdProc(ServerProc):
         return self.control.Status(hostd_control_pb2.StatusRequest(), timeout=5)
 
 
-def metric_value(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`, from a Prometheus text page."""
+def metric_value(text: str, name: str, without: tuple[str, ...] = (), **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels` and none of `without`, from a Prometheus text
+    page (a router's port also serves its Python-lane workers' series: `without=("lane_worker",)` is its own)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     total = 0.0
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            if (s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+                    and not any(k in s.labels for k in without)):
                 total += s.value
     return total

@@ -19,17 +19,22 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ground.children import dies_with_parent
 
 
+def _cmdline_once_it_execs(pid: int, program: bytes) -> list[bytes]:
+    """The process's argv once it runs `program` (polled: the exec follows the shim's start)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program + b"\0"):
+        time.sleep(0.02)
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+
+
 def test_the_child_is_the_program_with_its_output_and_exit_code():
     p = subprocess.run(dies_with_parent(["sh", "-c", "echo hi from $$; exit 3"]), capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 3
     assert p.stdout.strip().startswith("hi from ")
-    q = subprocess.Popen(dies_with_parent(["sleep", "30"]))
+    q = subprocess.Popen(dies_with_parent(["sleep", "infinity"]))
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not Path(f"/proc/{q.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-            time.sleep(0.02)
-        assert Path(f"/proc/{q.pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"30"]  # exec kept the pid
+        assert _cmdline_once_it_execs(q.pid, b"sleep") == [b"sleep", b"infinity"]  # exec kept the pid
     finally:
         q.kill()
         q.wait()
@@ -37,19 +42,18 @@ def test_the_child_is_the_program_with_its_output_and_exit_code():
 
 def test_the_child_ends_when_its_parent_is_killed(tmp_path):
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time\n"
+        [sys.executable, "-c", "import subprocess, sys\n"
          "from ground.children import dies_with_parent\n"
-         "c = subprocess.Popen(dies_with_parent(['sleep', '60']))\n"
+         "c = subprocess.Popen(dies_with_parent(['sleep', 'infinity']))\n"
          "print(c.pid, flush=True)\n"
-         "time.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+         "sys.stdin.read()\n"],  # holds until it is killed
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0"):
-        time.sleep(0.02)
+    assert _cmdline_once_it_execs(child, b"sleep") == [b"sleep", b"infinity"]
     parent.send_signal(signal.SIGKILL)
     parent.wait()
+    parent.stdin.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

@@ -4,10 +4,8 @@ read in OpenMetrics, the merged page checked by promtool in both exposition form
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
@@ -71,7 +69,6 @@ def test_a_source_that_cannot_be_read_is_left_out_and_counted():
     assert _samples(text, "mmhost_router_requests_total") == {(("tenant", "a"),): 1.0}
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is installed by `make tools`")
 def test_a_real_source_is_read_over_http_and_the_page_is_valid_in_both_formats():
     own, _ = _registry("a", 2)
     other, counter = _registry("b", 4)

@@ -109,13 +109,12 @@ def drive(routers: list[RouterProc], key: str, seconds: float) -> tuple[list[int
 
 def modes(routers: list[RouterProc]) -> list[str]:
     """Each router's own quota mode (a router's port also serves its Python-lane workers', labelled lane_worker)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out = []
     for r in routers:
-        own = {s.labels.get("mode"): s.value for f in text_string_to_metric_families(r.metrics_text())
-               for s in f.samples if s.name == "mmhost_router_quota_mode" and "lane_worker" not in s.labels}
-        out.append("fleet" if own.get("fleet") == 1 else "local" if own.get("local") == 1 else "?")
+        text = r.metrics_text()
+        own = {m: metric_value(text, "mmhost_router_quota_mode", without=("lane_worker",), mode=m)
+               for m in ("fleet", "local")}
+        out.append("fleet" if own["fleet"] == 1 else "local" if own["local"] == 1 else "?")
     return out
 
 

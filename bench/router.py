@@ -1,7 +1,8 @@
 """The router's cost, in one run: the same model and closed-loop load (Triton asyncio clients) sent straight to a
 hostd, through the router (its ModelInfer forwards on streams to the hostd, carried by the hostd's data link:
 router/host_streams.py, ground/framelink.py), through the same router with its streams on gRPC ('router grpc',
-hostd_data_link=false), through the same router with one gRPC call per forward ('router unary',
+hostd_data_link=false), through the same router on asyncio's own event loop instead of uvloop ('router asyncio',
+event_loop=asyncio: ground/eventloop.py), through the same router with one gRPC call per forward ('router unary',
 hostd_streams=0), through the router with its fast lane (fast_lane=haproxy: HAProxy in front, with the router's
 auth and routes; router/fastlane.py), through nginx `grpc_pass` (a C proxy, no auth: the yardstick) and through
 a grpc.aio pass-through with no logic (bench/passthrough.py: the floor of any Python gRPC proxy making a call per
@@ -128,6 +129,9 @@ def main() -> None:
         # the same router with its streams on gRPC (HostdData.Infer) instead of the hostd's data link
         ongrpc, gaddr = start_router(haddr, t / "tenants.json", t / "store", t,
                                      env={"MMHOST_ROUTER_HOSTD_DATA_LINK": "false"})
+        # the same router on asyncio's own loop (event_loop=asyncio), against uvloop's, its default
+        onasyncio, aaddr = start_router(haddr, t / "tenants.json", t / "store", t,
+                                        env={"MMHOST_ROUTER_EVENT_LOOP": "asyncio"})
         fast = fast_pid = None
         if not a.no_fast_lane:  # the router with its fast lane: HAProxy in front, a child of the router
             fast, faddr = start_router(haddr, t / "tenants.json", t / "store", t, "--fast-lane", "haproxy")
@@ -153,6 +157,7 @@ def main() -> None:
             x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
             paths: list[tuple[str, str, dict | None, dict[str, int]]] = [
                 ("router", raddr, headers, {"hostd": hostd.pid, "router": router.pid}),
+                ("router asyncio", aaddr, headers, {"hostd": hostd.pid, "router": onasyncio.pid}),
                 ("router grpc", gaddr, headers, {"hostd": hostd.pid, "router": ongrpc.pid}),
                 ("router unary", uaddr, headers, {"hostd": hostd.pid, "router": unary.pid})]
             if fast is not None:
@@ -165,12 +170,12 @@ def main() -> None:
             rows = measure_rounds(a, levels, paths, lambda c: measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid}),
                                   lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
         finally:
-            for p in (echo, passthru, passread, nginx, fast, unary, ongrpc, router, hostd):
+            for p in (echo, passthru, passread, nginx, fast, unary, ongrpc, onasyncio, router, hostd):
                 if p is not None:
                     stop(p)
     print_table(rows)
     targets = []
-    for path in ("router", "router grpc", "router unary", "fast lane"):
+    for path in ("router", "router asyncio", "router grpc", "router unary", "fast lane"):
         for c, pts in rows:
             if path not in pts:
                 continue

@@ -35,7 +35,7 @@ from hostd.execution import ExecutionGate
 from hostd import tenants as tenant_limits
 from ground.settings import HeartbeatSettings
 from hostd.heartbeat import Heartbeat
-from ground import link_tls, tls
+from ground import eventloop, link_tls, tls
 from ground.interceptors import ErrorInterceptor
 from hostd import forwarded, wire_request
 from hostd.data_port import DataPort
@@ -309,14 +309,18 @@ class Hostd:
         await self.health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if self.heartbeat is not None:  # routers find this host only once it serves
             self.heartbeat.start()
+        loop = eventloop.loop_kind(asyncio.get_running_loop())
         log.info("hostd serving on %s (device %s, probe %s, store %s; device budget %d bytes (%s), watermarks "
-                 "%.2f/%.2f, eviction %s; ram tier %s, disk tier %d bytes; %s; data port %s; metrics %s)",
+                 "%.2f/%.2f, eviction %s; ram tier %s, disk tier %d bytes; %s; data port %s; metrics %s; event loop %s)",
                  s.listen.rsplit(":", 1)[0] + f":{self.port}", self.device.name, self.probe.name,
                  self.storage.description, self.budget, s.device_memory, s.high_watermark, s.low_watermark,
                  s.eviction_policy, self.ram.budget if self.ram else "off", self.disk.budget,
                  "redis mode (heartbeats)" if self.heartbeat is not None else "embedded mode (routers poll)",
                  self.data_port.port if self.data_port is not None else "off",
-                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
+                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off", loop)
+        if loop == "uvloop" and s.idle_loop_lone_batches:
+            log.info("event loop uvloop: lone batches run on worker threads only (its waits are not timed; "
+                     "ground/eventloop.py)")
 
     async def drain_and_stop(self) -> None:
         """Stop taking new requests (health NOT_SERVING, ServerReady false), finish in-flight ones within the
@@ -386,5 +390,4 @@ def serve(settings: HostdSettings, s3: S3Settings | None = None, heartbeat: Hear
     """Serve until SIGTERM or SIGINT, drain, and end the process (`mmhost hostd`'s own): exit_after."""
     set_switch_interval(settings.switch_interval_s)
     hostd = Hostd(settings, s3, heartbeat)
-    with asyncio.Runner(loop_factory=idle_loop_factory(hostd.loop_idle)) as runner:
-        runner.run(exit_after(hostd.run_forever()))
+    eventloop.run(exit_after(hostd.run_forever()), settings.event_loop, idle_loop_factory(hostd.loop_idle))

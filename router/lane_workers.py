@@ -192,12 +192,12 @@ class LaneWorkers:
         return {h: lane_backend(self.lane_of[t]) for h, t in keys.items() if self.lane_of.get(t, 0) > 0}
 
 
-async def _serve(settings_json: dict[str, Any]) -> None:
+async def _serve(settings: RouterSettings) -> None:
     from ground.serving import run_until_signal
-    from ground.settings import RouterSettings, S3Settings
+    from ground.settings import S3Settings
     from router.server import Router
 
-    router = Router(RouterSettings(**settings_json), S3Settings())
+    router = Router(settings, S3Settings())
 
     async def start() -> None:
         await router.start()
@@ -220,9 +220,12 @@ def main() -> None:
                         format=f"%(asctime)s %(levelname)s lane-worker-{index} %(name)s: %(message)s")
     # stdin stays open while the router lives: at its end (the router exited, even killed) this worker stops
     threading.Thread(target=_stop_at_eof, name="lane-worker-parent", daemon=True).start()
+    from ground import eventloop
     from ground.serving import exit_after
+    from ground.settings import RouterSettings
 
-    asyncio.run(exit_after(_serve(settings)))
+    parsed = RouterSettings(**settings)
+    eventloop.run(exit_after(_serve(parsed)), parsed.event_loop)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ground import tls
+from ground import eventloop, tls
 from ground.looplag import watch_loop_lag
 from ground.metrics_http import MetricsServer, serve_metrics
 from ground.metrics_merge import MergedCollector, merged_registry
@@ -387,11 +387,12 @@ class Router:
             log.info("fast lane: HAProxy on %s, this router behind it on 127.0.0.1:%d%s", s.listen, self.internal_port,
                      f", {len(lw.workers)} Python-lane worker(s) on {', '.join(lw.addresses)}" if lw else "")
         log.info("router serving on %s (%s; %d host(s) up, %d tenant key(s); store %s; inflight_bytes %s, tenant %s; "
-                 "max_attempts %d; uploads %s; metrics %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
+                 "max_attempts %d; uploads %s; metrics %s; event loop %s)", s.listen.rsplit(":", 1)[0] + f":{self.port}", mode,
                  len(self.cluster.eligible()), len(self.keys), s.store or "-", s.inflight_bytes,
                  s.tenant_inflight_bytes or "1/4 of it", s.max_attempts,
                  f"on (at most {s.upload_max_bytes})" if self.uploads else "off",
-                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off")
+                 f"http://{s.metrics_host}:{s.metrics_port}/metrics" if s.metrics_port else "off",
+                 eventloop.loop_kind(asyncio.get_running_loop()))
 
     async def stop(self) -> None:
         await self.health.enter_graceful_shutdown()
@@ -429,4 +430,4 @@ def serve(settings: RouterSettings, s3: S3Settings | None = None, exit_process: 
     """Serve until SIGTERM or SIGINT, then stop. `exit_process`: end the process once stopped (exit_after), as
     `mmhost router` does; mmhost demo, which stops its hostds after its in-process router, passes False."""
     main = Router(settings, s3).run_forever()
-    asyncio.run(exit_after(main) if exit_process else main)
+    eventloop.run(exit_after(main) if exit_process else main, settings.event_loop)

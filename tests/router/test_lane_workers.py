@@ -141,6 +141,10 @@ def served_by(r: RouterProc) -> dict[str, str]:
 def test_two_busy_tenants_are_served_by_different_processes(cluster):
     work, r, keys = cluster
     assert len(worker_pids(r)) == 1
+    starts = [line for line in r.log_path.read_text(errors="replace").splitlines() if "router serving on" in line]
+    # the worker runs the router's event loop (uvloop by default, ground/eventloop.py), as the router does
+    assert sorted("lane-worker-1" in line for line in starts) == [False, True], starts
+    assert all(line.endswith("event loop uvloop)") for line in starts), starts
     with Caller(r, "busy", keys["busy"], 3) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
         # both start on the router itself; at a refresh the policy gives one of them the worker
         wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")

@@ -1,0 +1,60 @@
+"""Which asyncio event loop a process runs: Python's own, or uvloop's (libuv, compiled).
+
+Why (issue #13, the router's CPU per request): a grpc.aio process spends most of its loop thread in grpc.aio's
+Cython and asyncio's own machinery (futures, handles, the ready queue, transports), and the router's data links
+to hostds (ground/framelink.py) are asyncio streams. uvloop runs the same asyncio API in compiled code. Measured
+with bench/router.py (the small model at concurrency 16, the router with each loop in the same run, 2 shared
+cores, 2026-12-07, four rounds in two runs): the router's CPU per request 693/769/827/748 us on uvloop against
+769/820/840/948 us on asyncio's loop, lower in 4 of 4 rounds, and its throughput higher in 3 of 4. A grpc.aio server that answers every
+call at once (bench/passthrough.py --echo) spent 344-416 us against 424-466.
+
+hostd stays on asyncio's loop by default: its lone batches may run on the loop thread only right after the loop
+woke from a real wait for I/O, which the loop's selector times (ground/loopidle.py); uvloop has no selector to
+time, so on it that path never runs and a request at concurrency 1 pays the thread hop again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+EventLoopKind = Literal["asyncio", "uvloop"]
+T = TypeVar("T")
+
+
+def loop_factory(kind: EventLoopKind,
+                 asyncio_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+                 ) -> Callable[[], asyncio.AbstractEventLoop]:
+    """For `asyncio.Runner(loop_factory=...)`: a new loop of `kind`. `asyncio_factory` makes the asyncio kind
+    (hostd's loop with its timed selector); by default asyncio's own loop."""
+    if kind == "uvloop":
+        import uvloop  # imported only where it is used: a process on asyncio's loop never loads it
+
+        return uvloop.new_event_loop
+    if kind == "asyncio":
+        return asyncio_factory or asyncio.new_event_loop
+    raise ValueError(f"unknown event loop {kind!r}: asyncio or uvloop")
+
+
+def run(main: Coroutine[Any, Any, T], kind: EventLoopKind,
+        asyncio_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> T:
+    """asyncio.run(main) on a loop of `kind`."""
+    factory = loop_factory(kind, asyncio_factory)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)
+    loop = factory()  # Python 3.10: what asyncio.Runner does, less its cancellation of leftover tasks
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def loop_kind(loop: asyncio.AbstractEventLoop) -> EventLoopKind:
+    """Which kind `loop` is (what a process reports it runs)."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"

@@ -15,7 +15,7 @@ level it prints throughput kept against direct, p50 added, and CPU per request o
 kept >= 0.8x at c32, p50 added <= +0.8 ms at c1, router CPU per request <= 0.35x hostd's (small model, c16).
 Embedded mode: one hostd, one router with a tenants file, no Redis.
 
-    python -m bench.router [--seconds 4] [--levels 1,16,32] [--dims 256,3500,3500,10 | --small]"""
+    python -m bench.router [--seconds 4] [--levels 1,16,32] [--dims 256,3500,3500,10 | --small] [--paths A,B]"""
 
 from __future__ import annotations
 
@@ -117,6 +117,8 @@ def main() -> None:
     ap = load_args("1,16,32")
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--no-fast-lane", action="store_true", help="leave out the router with fast_lane=haproxy")
+    ap.add_argument("--paths", default="", help="measure only these paths (and direct), comma-separated names as "
+                    "printed, e.g. 'router,router asyncio'")
     a = ap.parse_args()
     levels, dims = levels_and_dims(a)
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,6 +169,9 @@ def main() -> None:
             paths += [("passthrough", paddr, None, {"hostd": hostd.pid, "passthrough": passthru.pid}),
                       ("pass+read", saddr, None, {"hostd": hostd.pid, "pass+read": passread.pid}),
                       ("echo", eaddr, None, {"echo": echo.pid})]
+            if a.paths:  # only these (and direct): more rounds of a comparison in the same time
+                wanted = {w.strip() for w in a.paths.split(",")}
+                paths = [p for p in paths if p[0] in wanted]
             rows = measure_rounds(a, levels, paths, lambda c: measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid}),
                                   lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
         finally:
@@ -186,7 +191,7 @@ def main() -> None:
             if c == 32:
                 k = r["rps"] / d["rps"]
                 targets.append(f"c32 {path} kept {k:.2f}x (target >= 0.8x): {'holds' if k >= 0.8 else 'NOT met'}")
-                if path == "router unary":
+                if path == "router unary" and "passthrough" in pts:
                     floor = pts["passthrough"]["rps"] / d["rps"]
                     targets.append(f"c32 grpc.aio pass-through floor kept {floor:.2f}x: the router with a call per "
                                    f"forward is at {k / floor:.2f}x of what a Python proxy with no logic keeps")
@@ -196,7 +201,7 @@ def main() -> None:
                 targets.append(f"c16 {path} CPU/request {ratio:.2f}x hostd's (target <= 0.35x): "
                                f"{'holds' if ratio <= 0.35 else 'NOT met'}")
     for c, pts in rows:
-        if c == 16 and a.small:  # against hostd's CPU per request behind the router (on its data link)
+        if c == 16 and a.small and "echo" in pts and "router" in pts:  # against hostd's behind the router
             echo_us, hostd_us = pts["echo"]["cpu_us"]["echo"], pts["router"]["cpu_us"]["hostd"]
             targets.append(f"c16 grpc.aio echo (answers, does nothing) {echo_us:.0f} us/request = "
                            f"{echo_us / hostd_us:.2f}x hostd's behind the router: the floor of a Python gRPC front end "

@@ -3,10 +3,11 @@
 Why (issue #13, the router's CPU per request): a grpc.aio process spends most of its loop thread in grpc.aio's
 Cython and asyncio's own machinery (futures, handles, the ready queue, transports), and the router's data links
 to hostds (ground/framelink.py) are asyncio streams. uvloop runs the same asyncio API in compiled code. Measured
-with bench/router.py (the small model at concurrency 16, the router with each loop in the same run, 2 shared
-cores, 2026-12-07, four rounds in two runs): the router's CPU per request 693/769/827/748 us on uvloop against
-769/820/840/948 us on asyncio's loop, lower in 4 of 4 rounds, and its throughput higher in 3 of 4. A grpc.aio server that answers every
-call at once (bench/passthrough.py --echo) spent 344-416 us against 424-466.
+with `python -m bench.router --small --levels 16 --no-nginx --no-fast-lane --paths "router,router asyncio"
+--rounds 8` (the small model at concurrency 16, both routers in the same run, 2 shared cores, 2026-12-07): the
+router's CPU per request 627 us on uvloop against 676 on asyncio's loop (mean of 8 rounds, -7%; lower in 7 of 8),
+throughput 1,405 against 1,350 requests/s (higher in 7 of 8). A grpc.aio server that answers every call at once
+(bench/passthrough.py --echo) spent 344-416 us against 424-466.
 
 hostd stays on asyncio's loop by default: its lone batches may run on the loop thread only right after the loop
 woke from a real wait for I/O, which the loop's selector times (ground/loopidle.py); uvloop has no selector to

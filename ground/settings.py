@@ -241,7 +241,7 @@ class RouterSettings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
     event_loop: Literal["asyncio", "uvloop"] = Field(
         "uvloop", description="the event loop of the router and its Python-lane workers (ground/eventloop.py): "
-        "uvloop's (compiled: ~8% less CPU per request on the Python lane, bench/router.py) or asyncio's own",
+        "uvloop's (compiled: ~7% less CPU per request on the Python lane, bench/router.py) or asyncio's own",
     )
     health_port: int = Field(
         0, ge=0, le=65535, description="also serve the gRPC health service alone, in plaintext, on this port (same "

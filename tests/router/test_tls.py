@@ -23,7 +23,7 @@ from protos import grpc_service_pb2_grpc
 from router.tenants import FileTenants
 from tests.hostd.test_mtls import mtls_env, router_creds
 from tests.hostd.test_server import infer_req
-from tests.hostd_proc import HostdProc
+from tests.hostd_proc import HostdProc, metric_value
 from tests.router.conftest import auth
 from tests.router.router_proc import RouterProc
 from tests.router.test_cluster import wait_until
@@ -136,6 +136,10 @@ def test_triton_client_over_tls_with_an_api_key_or_a_tenant_certificate(perimete
     assert out["cert_other_key"] == "StatusCode.UNAUTHENTICATED"  # a key for another tenant with this certificate
     assert out["ghost_cert"] == "StatusCode.UNAUTHENTICATED"  # a certificate for a tenant the registry lacks
     assert out["cert_port_without_cert"] == "StatusCode.UNAVAILABLE"  # that port requires a certificate
+    # the calls went to the hostd on a stream over its data link with mutual TLS, on the router's own event loop
+    # (uvloop by default: ground/eventloop.py), and no link failed or fell back to gRPC
+    wait_until(lambda: metric_value(r.metrics_text(), "mmhost_router_hostd_streams") >= 1, what="a stream")
+    assert metric_value(r.metrics_text(), "mmhost_router_hostd_stream_ends_total") == 0
 
 
 def code_of(fn) -> grpc.StatusCode:

@@ -6,8 +6,8 @@ to hostds (ground/framelink.py) are asyncio streams. uvloop runs the same asynci
 with `python -m bench.router --small --levels 16 --no-nginx --no-fast-lane --paths "router,router asyncio"
 --rounds 8` (the small model at concurrency 16, both routers in the same run, 2 shared cores, 2026-12-07): the
 router's CPU per request 627 us on uvloop against 676 on asyncio's loop (mean of 8 rounds, -7%; lower in 7 of 8),
-throughput 1,405 against 1,350 requests/s (higher in 7 of 8). A grpc.aio server that answers every call at once
-(bench/passthrough.py --echo) spent 344-416 us against 424-466.
+throughput 1,405 against 1,350 requests/s (higher in 7 of 8). The 50 MB model at concurrency 32 (`--levels 32`,
+8 rounds): 682 against 733 us (lower in 8 of 8), throughput kept 0.80x against 0.78x of direct (within the noise).
 
 hostd stays on asyncio's loop by default: its lone batches may run on the loop thread only right after the loop
 woke from a real wait for I/O, which the loop's selector times (ground/loopidle.py); uvloop has no selector to

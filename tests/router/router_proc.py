@@ -21,3 +21,11 @@ class RouterProc(ServerProc):
                                    "--access-log", str(self.access_log), *args],
                          {"MMHOST_ROUTER_PLAINTEXT": "true", **(env or {})}, **kw)
         self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+
+    def data_links(self, host) -> int:
+        """This router's open connections to `host`'s (a HostdProc's) data link port."""
+        import psutil
+
+        port = host.status().data_port
+        return sum(1 for k in psutil.Process(self.proc.pid).net_connections("tcp")
+                   if k.raddr and k.raddr.port == port and k.status == "ESTABLISHED")

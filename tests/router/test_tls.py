@@ -136,10 +136,6 @@ def test_triton_client_over_tls_with_an_api_key_or_a_tenant_certificate(perimete
     assert out["cert_other_key"] == "StatusCode.UNAUTHENTICATED"  # a key for another tenant with this certificate
     assert out["ghost_cert"] == "StatusCode.UNAUTHENTICATED"  # a certificate for a tenant the registry lacks
     assert out["cert_port_without_cert"] == "StatusCode.UNAVAILABLE"  # that port requires a certificate
-    # the calls went to the hostd on a stream over its data link with mutual TLS, on the router's own event loop
-    # (uvloop by default: ground/eventloop.py), and no link failed or fell back to gRPC
-    wait_until(lambda: metric_value(r.metrics_text(), "mmhost_router_hostd_streams") >= 1, what="a stream")
-    assert metric_value(r.metrics_text(), "mmhost_router_hostd_stream_ends_total") == 0
 
 
 def code_of(fn) -> grpc.StatusCode:
@@ -200,15 +196,6 @@ def test_a_rotated_serving_certificate_reaches_new_connections_without_a_restart
     assert r.proc.poll() is None
 
 
-def links(r) -> int:
-    """The router's open connections to its hostd's data link port."""
-    import psutil
-
-    port = r.hostd.status().data_port
-    return sum(1 for k in psutil.Process(r.proc.pid).net_connections("tcp")
-               if k.raddr and k.raddr.port == port and k.status == "ESTABLISHED")
-
-
 def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pki):
     """The router re-reads its client certificate and dials hostds again with it: swapped for one that does
     not name a router, the hostd refuses the router's calls; swapped back, they pass again, on the hostd's
@@ -219,7 +206,9 @@ def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pk
         return code_of(lambda: r.stub.ModelInfer(infer_req(), metadata=auth(keys["demo"]), timeout=30))
 
     assert infer() is C.OK
-    assert r.hostd.status().data_port > 0 and links(r) >= 1, "calls to a mutual-TLS hostd ride its data link"
+    assert r.hostd.status().data_port > 0 and r.data_links(r.hostd) >= 1, "calls to a mutual-TLS hostd ride its data link"
+    # on the router's own event loop (uvloop by default, ground/eventloop.py), with no stream failed or fallen back
+    assert metric_value(r.metrics_text(), "mmhost_router_hostd_stream_ends_total") == 0
     good = (pki / "router-client.pem").read_bytes(), (pki / "router-client-key.pem").read_bytes()
     ca = certs.load_ca(pki)
     try:
@@ -231,7 +220,7 @@ def test_a_rotated_client_certificate_to_hostds_takes_new_channels(perimeter, pk
         certs._write(pki / "router-client.pem", good[0], 0o644)
     wait_until(lambda: infer() is C.OK, timeout=30, what="calls served after the swap back")
     # a link refused by hostd sends that host's calls on gRPC streams for up to a minute (LINK_RETRY_S)
-    wait_until(lambda: infer() is C.OK and links(r) >= 1, timeout=90, what="calls back on the data link")
+    wait_until(lambda: infer() is C.OK and r.data_links(r.hostd) >= 1, timeout=90, what="calls back on the data link")
 
 
 def test_no_certificates_and_no_plaintext_refuses_to_start(tmp_path):

@@ -46,7 +46,13 @@ def run(main: Coroutine[Any, Any, T], kind: EventLoopKind,
     if sys.version_info >= (3, 11):
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(main)
-    loop = factory()  # Python 3.10: what asyncio.Runner does, less its cancellation of leftover tasks
+    return run_without_runner(main, factory)
+
+
+def run_without_runner(main: Coroutine[Any, Any, T], factory: Callable[[], asyncio.AbstractEventLoop]) -> T:
+    """Python 3.10's `run` (no asyncio.Runner there): what asyncio.Runner does, less its cancellation of leftover
+    tasks. Public so that a test on a newer Python runs it too."""
+    loop = factory()
     try:
         asyncio.set_event_loop(loop)
         return loop.run_until_complete(main)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 
 import numpy as np
 import psutil
@@ -113,71 +115,89 @@ def levels_and_dims(a: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
     return [int(c) for c in a.levels.split(",")], (64, 256, 8) if a.small else tuple(int(d) for d in a.dims.split(","))
 
 
+Started = tuple[list[subprocess.Popen], str, dict | None, dict[str, int]]  # processes, address, headers, pids
+
+
+def path_starters(a: argparse.Namespace, t: Path, hostd: subprocess.Popen, haddr: str, dims: tuple[int, ...],
+                  key: str) -> list[tuple[str, Callable[[], Started]]]:
+    """Each path's name (as printed) and how to start what it needs, in the order printed."""
+    headers = {"authorization": f"Bearer {key}"}
+
+    def router(*extra: str, env: dict | None = None) -> Callable[[], Started]:
+        def start() -> Started:
+            proc, addr = start_router(haddr, t / "tenants.json", t / "store", t, *extra, env=env)
+            return [proc], addr, headers, {"hostd": hostd.pid, "router": proc.pid}
+        return start
+
+    def fast_lane() -> Started:  # the router with its fast lane: HAProxy in front, a child of the router
+        procs, addr, h, pids = router("--fast-lane", "haproxy")()
+        pids["haproxy"] = psutil.Process(pids["router"]).children()[0].pid
+        wait_fast_route(addr, dims, key)
+        return procs, addr, h, pids
+
+    def nginx() -> Started:
+        addr = f"127.0.0.1:{free_port()}"
+        proc = start_nginx(addr, haddr, t / "nginx")
+        wait_serving(addr, proc)
+        return [proc], addr, None, {"hostd": hostd.pid, "nginx": _worker(proc.pid)}
+
+    def passthrough(name: str, *flags: str) -> Callable[[], Started]:
+        def start() -> Started:
+            addr = f"127.0.0.1:{free_port()}"
+            proc = subprocess.Popen([sys.executable, "-m", "bench.passthrough", addr, haddr, *flags], cwd=ROOT)
+            wait_serving(addr, proc)
+            return [proc], addr, None, ({} if "--echo" in flags else {"hostd": hostd.pid}) | {name: proc.pid}
+        return start
+
+    starters: list[tuple[str, Callable[[], Started]]] = [
+        ("router", router()),
+        # the same router on asyncio's own loop (event_loop=asyncio), against uvloop's, its default
+        ("router asyncio", router(env={"MMHOST_ROUTER_EVENT_LOOP": "asyncio"})),
+        # the same router with its streams on gRPC (HostdData.Infer) instead of the hostd's data link
+        ("router grpc", router(env={"MMHOST_ROUTER_HOSTD_DATA_LINK": "false"})),
+        # the same router making one gRPC call per forward (hostd_streams=0), as before router/host_streams.py
+        ("router unary", router(env={"MMHOST_ROUTER_HOSTD_STREAMS": "0"}))]
+    if not a.no_fast_lane:
+        starters.append(("fast lane", fast_lane))
+    if not a.no_nginx:
+        starters.append(("nginx", nginx))
+    return starters + [
+        ("passthrough", passthrough("passthrough")),
+        # the same, reading the body in the handler as the router does
+        ("pass+read", passthrough("pass+read", "--read-in-handler")),
+        # the floor of any Python gRPC front end: answers, does nothing
+        ("echo", passthrough("echo", "--echo"))]
+
+
 def main() -> None:
     ap = load_args("1,16,32")
     ap.add_argument("--no-nginx", action="store_true")
     ap.add_argument("--no-fast-lane", action="store_true", help="leave out the router with fast_lane=haproxy")
     ap.add_argument("--paths", default="", help="measure only these paths (and direct), comma-separated names as "
-                    "printed, e.g. 'router,router asyncio'")
+                    "printed, e.g. 'router,router asyncio'; only their processes are started")
     a = ap.parse_args()
     levels, dims = levels_and_dims(a)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as running:
         t = Path(tmp)
         key = model_and_tenant(t, dims, f"{a.seconds:.0f}s per point")
         hostd, haddr = start_hostd(str(t / "store"), t, "--preload", "--default-tenant", "bench")
-        router, raddr = start_router(haddr, t / "tenants.json", t / "store", t)
-        # the same router making one gRPC call per forward (hostd_streams=0), as before router/host_streams.py
-        unary, uaddr = start_router(haddr, t / "tenants.json", t / "store", t, env={"MMHOST_ROUTER_HOSTD_STREAMS": "0"})
-        # the same router with its streams on gRPC (HostdData.Infer) instead of the hostd's data link
-        ongrpc, gaddr = start_router(haddr, t / "tenants.json", t / "store", t,
-                                     env={"MMHOST_ROUTER_HOSTD_DATA_LINK": "false"})
-        # the same router on asyncio's own loop (event_loop=asyncio), against uvloop's, its default
-        onasyncio, aaddr = start_router(haddr, t / "tenants.json", t / "store", t,
-                                        env={"MMHOST_ROUTER_EVENT_LOOP": "asyncio"})
-        fast = fast_pid = None
-        if not a.no_fast_lane:  # the router with its fast lane: HAProxy in front, a child of the router
-            fast, faddr = start_router(haddr, t / "tenants.json", t / "store", t, "--fast-lane", "haproxy")
-            fast_pid = psutil.Process(fast.pid).children()[0].pid
-            wait_fast_route(faddr, dims, key)
-        paddr = f"127.0.0.1:{free_port()}"
-        passthru = subprocess.Popen([sys.executable, "-m", "bench.passthrough", paddr, haddr], cwd=ROOT)
-        wait_serving(paddr, passthru)
-        saddr = f"127.0.0.1:{free_port()}"  # the same, reading the body in the handler as the router does
-        passread = subprocess.Popen([sys.executable, "-m", "bench.passthrough", saddr, haddr, "--read-in-handler"],
-                                    cwd=ROOT)
-        wait_serving(saddr, passread)
-        eaddr = f"127.0.0.1:{free_port()}"  # the floor of any Python gRPC front end: answers, does nothing
-        echo = subprocess.Popen([sys.executable, "-m", "bench.passthrough", eaddr, haddr, "--echo"], cwd=ROOT)
-        wait_serving(eaddr, echo)
-        nginx = None
-        if not a.no_nginx:
-            naddr = f"127.0.0.1:{free_port()}"
-            nginx = start_nginx(naddr, haddr, t / "nginx")
-            wait_serving(naddr, nginx)
-        headers = {"authorization": f"Bearer {key}"}
-        try:
-            x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
-            paths: list[tuple[str, str, dict | None, dict[str, int]]] = [
-                ("router", raddr, headers, {"hostd": hostd.pid, "router": router.pid}),
-                ("router asyncio", aaddr, headers, {"hostd": hostd.pid, "router": onasyncio.pid}),
-                ("router grpc", gaddr, headers, {"hostd": hostd.pid, "router": ongrpc.pid}),
-                ("router unary", uaddr, headers, {"hostd": hostd.pid, "router": unary.pid})]
-            if fast is not None:
-                paths.append(("fast lane", faddr, headers, {"hostd": hostd.pid, "router": fast.pid, "haproxy": fast_pid}))
-            if nginx is not None:
-                paths.append(("nginx", naddr, None, {"hostd": hostd.pid, "nginx": _worker(nginx.pid)}))
-            paths += [("passthrough", paddr, None, {"hostd": hostd.pid, "passthrough": passthru.pid}),
-                      ("pass+read", saddr, None, {"hostd": hostd.pid, "pass+read": passread.pid}),
-                      ("echo", eaddr, None, {"echo": echo.pid})]
-            if a.paths:  # only these (and direct): more rounds of a comparison in the same time
-                wanted = {w.strip() for w in a.paths.split(",")}
-                paths = [p for p in paths if p[0] in wanted]
-            rows = measure_rounds(a, levels, paths, lambda c: measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid}),
-                                  lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
-        finally:
-            for p in (echo, passthru, passread, nginx, fast, unary, ongrpc, onasyncio, router, hostd):
-                if p is not None:
-                    stop(p)
+        running.callback(stop, hostd)  # stopped last: the callbacks run in reverse
+        starters = path_starters(a, t, hostd, haddr, dims, key)
+        if a.paths:  # only these (and direct): more rounds of a comparison in the same time, nothing else running
+            wanted = [w.strip() for w in a.paths.split(",")]
+            unknown = sorted(set(wanted) - {n for n, _ in starters})
+            if unknown:
+                sys.exit(f"bench.router: no path {', '.join(unknown)}; the paths: {', '.join(n for n, _ in starters)}")
+            starters = [s for s in starters if s[0] in wanted]
+        paths: list[tuple[str, str, dict | None, dict[str, int]]] = []
+        for name, start in starters:
+            procs, addr, headers, pids = start()
+            for p in procs:
+                running.callback(stop, p)
+            paths.append((name, addr, headers, pids))
+        x = np.random.default_rng(0).random((1, dims[0]), dtype=np.float32)
+        rows = measure_rounds(a, levels, paths, lambda c: measured(haddr, x, c, a.seconds, None, {"hostd": hostd.pid}),
+                              lambda addr, c, h, pids: measured(addr, x, c, a.seconds, h, pids))
     print_table(rows)
     targets = []
     for path in ("router", "router asyncio", "router grpc", "router unary", "fast lane"):

@@ -11,7 +11,8 @@ order), the server's CPU per call from /proc:
 
 Why it could matter: a registered method keeps a call request of its own pending in grpc.aio's server loop, and
 that loop waits on every pending request again at each call it takes in (`asyncio.wait` over all of them;
-grpcio 1.85, grpc/_cython/_cygrpc/aio/server.pyx.pxi `_server_main_loop`), while a method left unregistered is
+`_server_main_loop` in grpc/grpc's grpc/_cython/_cygrpc/aio/server.pyx.pxi, read at its master; grpcio 1.85's
+compiled cygrpc has the same `AioServer._request_registered_call`), while a method left unregistered is
 found by name in Python at each call. docs/execution.md ("Registering only ModelInfer") has what it gave.
 
     python -m bench.grpc_registration [--rounds 6] [--seconds 3] [--concurrency 32] [--methods 16]"""

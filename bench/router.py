@@ -54,8 +54,17 @@ def start_router(hostd: str, tenants: Path, store: Path, workdir: Path, *extra: 
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "MMHOST_ROUTER_PLAINTEXT": "true", **(env or {})},
     )
-    wait_serving(addr, proc)
-    return proc, addr
+    return serving(proc, addr), addr
+
+
+def serving(proc: subprocess.Popen, addr: str) -> subprocess.Popen:
+    """`proc` once it serves at `addr`; stopped, and the error raised, when it does not (nothing left running)."""
+    try:
+        wait_serving(addr, proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
 
 
 def cpu_s(pid: int) -> float:
@@ -131,21 +140,24 @@ def path_starters(a: argparse.Namespace, t: Path, hostd: subprocess.Popen, haddr
 
     def fast_lane() -> Started:  # the router with its fast lane: HAProxy in front, a child of the router
         procs, addr, h, pids = router("--fast-lane", "haproxy")()
-        pids["haproxy"] = psutil.Process(pids["router"]).children()[0].pid
-        wait_fast_route(addr, dims, key)
+        try:
+            pids["haproxy"] = psutil.Process(pids["router"]).children()[0].pid
+            wait_fast_route(addr, dims, key)
+        except BaseException:
+            stop(procs[0])
+            raise
         return procs, addr, h, pids
 
     def nginx() -> Started:
         addr = f"127.0.0.1:{free_port()}"
-        proc = start_nginx(addr, haddr, t / "nginx")
-        wait_serving(addr, proc)
+        proc = serving(start_nginx(addr, haddr, t / "nginx"), addr)
         return [proc], addr, None, {"hostd": hostd.pid, "nginx": _worker(proc.pid)}
 
     def passthrough(name: str, *flags: str) -> Callable[[], Started]:
         def start() -> Started:
             addr = f"127.0.0.1:{free_port()}"
-            proc = subprocess.Popen([sys.executable, "-m", "bench.passthrough", addr, haddr, *flags], cwd=ROOT)
-            wait_serving(addr, proc)
+            proc = serving(subprocess.Popen([sys.executable, "-m", "bench.passthrough", addr, haddr, *flags], cwd=ROOT),
+                           addr)
             return [proc], addr, None, ({} if "--echo" in flags else {"hostd": hostd.pid}) | {name: proc.pid}
         return start
 

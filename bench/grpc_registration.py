@@ -100,8 +100,9 @@ def main() -> None:
                 addr = f"127.0.0.1:{s.getsockname()[1]}"
             p = subprocess.Popen([sys.executable, "-m", "bench.grpc_registration", "serve", addr, str(methods), str(n)],
                                  stdout=subprocess.PIPE, text=True)
-            assert p.stdout is not None and p.stdout.readline().strip() == "serving"
-            servers[name] = (p, addr)
+            servers[name] = (p, addr)  # before the check: stopped in `finally` if it does not serve
+            if p.stdout is None or p.stdout.readline().strip() != "serving":
+                raise RuntimeError(f"{name} echo server on {addr} did not start (exit code {p.poll()})")
         got: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
         for rnd in range(a.rounds):
             names = list(variants) if rnd % 2 == 0 else list(variants)[::-1]

@@ -81,6 +81,14 @@ def start_plain(model_file: Path, name: str, workdir: Path, new_session: bool = 
     return proc, addr
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (psutil.NoSuchProcess once it is gone)."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

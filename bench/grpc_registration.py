@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,8 @@ import time
 
 import grpc
 from grpc import aio
+
+from bench._common import cpu_s, free_port
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -71,11 +71,6 @@ async def _load(addr: str, concurrency: int, seconds: float) -> None:
     print(done, flush=True)
 
 
-def _cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     if sys.argv[1:2] == ["serve"]:
         asyncio.run(_serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
@@ -95,9 +90,7 @@ def main() -> None:
     servers: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
         for name, (methods, n) in variants.items():
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                addr = f"127.0.0.1:{s.getsockname()[1]}"
+            addr = f"127.0.0.1:{free_port()}"
             p = subprocess.Popen([sys.executable, "-m", "bench.grpc_registration", "serve", addr, str(methods), str(n)],
                                  stdout=subprocess.PIPE, text=True)
             servers[name] = (p, addr)  # before the check: stopped in `finally` if it does not serve
@@ -108,11 +101,11 @@ def main() -> None:
             names = list(variants) if rnd % 2 == 0 else list(variants)[::-1]
             for name in names:
                 p, addr = servers[name]
-                c0 = _cpu_s(p.pid)
+                c0 = cpu_s(p.pid)
                 out = subprocess.run([sys.executable, "-m", "bench.grpc_registration", "load", addr,
                                       str(a.concurrency), str(a.seconds)], capture_output=True, text=True, check=True)
                 calls = int(out.stdout.split()[-1]) + 50
-                got[name].append(((_cpu_s(p.pid) - c0) / calls * 1e6, (calls - 50) / a.seconds))
+                got[name].append(((cpu_s(p.pid) - c0) / calls * 1e6, (calls - 50) / a.seconds))
             print(f"round {rnd + 1}: " + ", ".join(f"{n} {got[n][-1][0]:.0f} us" for n in variants), flush=True)
     finally:
         for p, _ in servers.values():

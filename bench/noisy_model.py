@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench._common import ROOT, closed_loop, free_port, start_hostd, start_plain, stop, wait_model_ready, wait_serving
+from bench._common import ROOT, closed_loop, cpu_s, free_port, start_hostd, start_plain, stop, wait_model_ready, wait_serving
 
 NOISY_DIMS = (256, 3500, 3500, 10)
 LIGHT_DIMS = (64, 256, 8)
@@ -184,14 +184,13 @@ def live_probe(addr: str, seconds: float, noisy_h: dict | None) -> dict:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads (0 once it is gone)."""
+    """bench/_common.cpu_s, 0 once the process is gone."""
     import psutil
 
     try:
-        t = psutil.Process(pid).cpu_times()
+        return cpu_s(pid)
     except psutil.Error:
         return 0.0
-    return t.user + t.system
 
 
 class CpuWindow:

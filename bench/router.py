@@ -35,7 +35,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, closed_loop, free_port, start_hostd, stop, wait_serving  # noqa: E402
+from bench._common import ROOT, closed_loop, cpu_s, free_port, start_hostd, stop, wait_serving  # noqa: E402
 from bench.nginx import start_nginx  # noqa: E402
 from mmhost.demo_models import build_onnx_mlp, onnx_manifest  # noqa: E402
 from router.tenants import FileTenants  # noqa: E402
@@ -65,12 +65,6 @@ def serving(proc: subprocess.Popen, addr: str) -> subprocess.Popen:
         stop(proc)
         raise
     return proc
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads."""
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
 
 
 def measured(addr: str, x, c: int, seconds: float, headers: dict | None, pids: dict[str, int],

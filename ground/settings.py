@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ground.eventloop import EventLoopKind
 from ground.manifest import NAME_RE as _GROUP_KEY_RE
 from ground.units import parse_bytes
 from ground.wire import HEARTBEAT_PREFIX
@@ -197,7 +198,7 @@ class HostdSettings(BaseSettings):
         "while the event loop holds it. 0.5 ms raised the concurrency-32 throughput 8-16% on 2 cores "
         "(docs/execution.md item 12)",
     )
-    event_loop: Literal["asyncio", "uvloop"] = Field(
+    event_loop: EventLoopKind = Field(
         "asyncio", description="hostd's event loop (ground/eventloop.py): asyncio's own, whose selector tells when "
         "the loop was idle so that a lone batch may run on it (idle_loop_lone_batches), or uvloop's (compiled; "
         "no such batches on it)",
@@ -239,7 +240,7 @@ class RouterSettings(BaseSettings):
     )
     metrics_port: int = Field(9100, ge=0, le=65535, description="Prometheus port; 0 turns it off")
     metrics_host: str = Field("127.0.0.1", description="Prometheus bind address")
-    event_loop: Literal["asyncio", "uvloop"] = Field(
+    event_loop: EventLoopKind = Field(
         "uvloop", description="the event loop of the router and its Python-lane workers (ground/eventloop.py): "
         "uvloop's (compiled: ~7% less CPU per request on the Python lane, bench/router.py) or asyncio's own",
     )

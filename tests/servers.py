@@ -172,6 +172,14 @@ class ServerProc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
 
+    def event_loops(self) -> list[str]:
+        """The event loop each start line in the log says it serves on (ground/eventloop.py), in order: a
+        router's Python-lane workers log into the router's. [] before the first."""
+        import re
+
+        return re.findall(rf"{self.role} serving on .*event loop (\w+)\)$", self.log_path.read_text(errors="replace"),
+                          re.M)
+
     def metrics_text(self) -> str:
         import urllib.request
 

@@ -6,8 +6,6 @@ no stream failed or fallen back to gRPC."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -22,12 +20,6 @@ from tests.router.conftest import IN_DIM, auth, infer_request
 from tests.router.router_proc import RouterProc
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def loops_said(proc: HostdProc | RouterProc, role: str) -> list[str]:
-    """The event loop each start line in `proc`'s log says it serves on (a router's Python-lane workers log into
-    the router's): [] when there is none yet."""
-    return re.findall(rf"{role} serving on .*event loop (\w+)\)$", proc.log_path.read_text(errors="replace"), re.M)
 
 
 def answer(r: RouterProc, key: str) -> np.ndarray:
@@ -49,14 +41,14 @@ def test_each_process_runs_the_loop_it_is_set_to_and_answers_the_same(tmp_path):
         procs.append(plain_host)
         uv_host = HostdProc(str(tmp_path / "store"), tmp_path, tenant="nobody", env={"MMHOST_HOSTD_EVENT_LOOP": "uvloop"})
         procs.append(uv_host)
-        assert loops_said(plain_host, "hostd") == ["asyncio"]
-        assert loops_said(uv_host, "hostd") == ["uvloop"]
+        assert plain_host.event_loops() == ["asyncio"]
+        assert uv_host.event_loops() == ["uvloop"]
         args = ["--tenants", str(tmp_path / "tenants.json"), "--store", str(tmp_path / "store")]
         routers = []
         for host, env in ((uv_host, {}), (uv_host, {"MMHOST_ROUTER_EVENT_LOOP": "asyncio"}), (plain_host, {})):
             routers.append(RouterProc(tmp_path, ["--hosts", host.addr, *args], env=env))
             procs.append(routers[-1])
-        assert [loops_said(r, "router") for r in routers] == [["uvloop"], ["asyncio"], ["uvloop"]]
+        assert [r.event_loops() for r in routers] == [["uvloop"], ["asyncio"], ["uvloop"]]
         for r in routers:
             np.testing.assert_allclose(answer(r, key), expected, rtol=1e-5, atol=1e-6)
         for r, host in zip(routers, (uv_host, uv_host, plain_host), strict=True):  # on the host's data link, none failed

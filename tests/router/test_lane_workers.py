@@ -23,7 +23,6 @@ from storage_adapters.local import LocalStorage
 from tests.hostd_proc import HostdProc, metric_value
 from tests.router.conftest import IN_DIM, auth, infer_request
 from tests.router.router_proc import RouterProc
-from tests.router.test_event_loop import loops_said
 from tests.router.test_cluster import wait_until
 from tests.router.test_fast_lane import access, after_syncs
 
@@ -145,7 +144,7 @@ def test_two_busy_tenants_are_served_by_different_processes(cluster):
     # the worker runs the router's event loop (uvloop by default, ground/eventloop.py), as the router does
     starts = [line for line in r.log_path.read_text(errors="replace").splitlines() if "router serving on" in line]
     assert sorted("lane-worker-1" in line for line in starts) == [False, True], starts
-    assert loops_said(r, "router") == ["uvloop", "uvloop"], starts
+    assert r.event_loops() == ["uvloop", "uvloop"], starts
     with Caller(r, "busy", keys["busy"], 3) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
         # both start on the router itself; at a refresh the policy gives one of them the worker
         wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")

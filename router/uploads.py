@@ -61,6 +61,7 @@ from pydantic import ValidationError
 from catalog.index import CatalogUnavailable, RedisCatalog
 from catalog.publish import VersionExists, next_version, publish_version
 from catalog.repository import ModelRepository
+from ground import async_child
 from ground.interceptors import with_error_boundary
 from ground.errors import (AlreadyExists, DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted,
                            ServingError, Unavailable, shown)
@@ -319,9 +320,11 @@ class Uploads:
     async def _validate(self, request: dict) -> ModelManifest:
         """The worker's verdict on the model: the manifest to publish, or InvalidArgument model_invalid."""
         started = self.clock()
-        proc = await asyncio.create_subprocess_exec(
-            *self.validator, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=worker_env())
+        try:  # not asyncio's create_subprocess_exec: on uvloop it forks the router (ground/async_child.py)
+            proc = await async_child.start(self.validator, worker_env())
+        except OSError as e:  # out of processes or memory, or no such program: the router's trouble
+            raise Unavailable("model validation could not start; retry later", retry_after_ms=5000,
+                              detail=f"starting {self.validator[0]}: {e}") from None
         timeout = self.settings.upload_validate_timeout_s
         out: bytes | None = None
         err = b""
@@ -384,25 +387,25 @@ def _check_answer(manifest: ModelManifest, tenant: str, model: str, version: str
                        f"not {(tenant, model, version)}")
 
 
-def _abandon(proc: asyncio.subprocess.Process) -> None:
-    """Kill the worker and close this side of its pipes. asyncio's Process.wait() returns only once every pipe
-    is closed, which a killed worker's unread output (a flood, left paused) or a child of it still holding
-    them would never do; Process has no public way to close them, so its transport is closed."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    proc._transport.close()  # type: ignore[attr-defined]
+def _abandon(proc: async_child.AsyncChild) -> None:
+    """Kill the worker and close this side of its pipes (its unread output, a flood left paused, or a child
+    of it still holding them)."""
+    proc.kill()
+    proc.close()
 
 
-async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+async def _communicate(proc: async_child.AsyncChild, data: bytes) -> tuple[bytes, bytes]:
     """proc.communicate(data), with a bound on what is read: stdout up to MAX_WORKER_STDOUT, stderr up to
     MAX_WORKER_STDERR of which the last STDERR_TAIL bytes are kept; _WorkerFlood past either (the caller kills
     the worker)."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
 
     async def feed(stdin: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a worker that reads nothing
-            stdin.write(data)
-            await stdin.drain()
+        # a worker that reads nothing, or is gone: its exit code and output tell why (uvloop raises
+        # RuntimeError on a write to a pipe already closed, hence the check: no await lies between the two)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if not stdin.is_closing():
+                stdin.write(data)
+                await stdin.drain()
         stdin.close()
 
     async def read(stream: asyncio.StreamReader, name: str, limit: int, keep: int | None) -> bytes:
@@ -427,6 +430,7 @@ async def _communicate(proc: asyncio.subprocess.Process, data: bytes) -> tuple[b
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     await proc.wait()
+    proc.close()
     return out, err
 
 

@@ -127,6 +127,15 @@ def _x() -> np.ndarray:
     return np.random.default_rng(0).random((2, IN_DIM), dtype=np.float32)
 
 
+def _published(router, key: str, file: Path, model: str) -> pb.PublishResponse:
+    """The router's answer to an upload that must succeed; a refusal fails the test with the router's last
+    logged error (an INTERNAL answer says no more than a request id)."""
+    try:
+        return publish(_target(router, key), header(file, model), file)
+    except PublishFailed as e:
+        raise AssertionError(f"{e}{router.errors()}") from None
+
+
 def _refused(router, key: str, file: Path, model: str, **kw) -> PublishFailed:
     with pytest.raises(PublishFailed) as e:
         publish(_target(router, key), header(file, model, **kw), file)
@@ -141,7 +150,7 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
         [sys.executable, "-m", "mmhost.cli", "upload", str(models / "a.onnx"), "--router", router.addr, "--plaintext",
          "--api-key", _key(cluster), "--model", "uploaded", "--description", "by the tenant"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0, run.stderr + router.errors()
     assert run.stdout.strip() == "1"
     _counted(router, "ok")
     np.testing.assert_allclose(_infer(router, _key(cluster), "uploaded"), _want(models / "a.onnx", _x()),
@@ -153,7 +162,7 @@ def test_a_tenant_uploads_with_its_key_and_no_store_credentials_then_calls_it(ro
     assert m["uploaded_by"].endswith("(API key)")
     # a second upload is version 2: callable by its number at once, and the default once the hostds' catalog
     # view has refreshed (a couple of seconds)
-    res = publish(_target(router, _key(cluster)), header(models / "b.onnx", "uploaded"), models / "b.onnx")
+    res = _published(router, _key(cluster), models / "b.onnx", "uploaded")
     assert (res.version, res.indexed) == ("2", True)
     _none_in_progress(router)
     want = _want(models / "b.onnx", _x())
@@ -257,7 +266,7 @@ def test_another_tenants_model_of_the_same_name_is_neither_seen_nor_touched(rout
     # other modules still find it absent from every hostd)
     globex_before = _metadata(router, globex, "secret")
     # the uploader names globex's model: it gets version 1 of a model of its own (numbering sees only its prefix)
-    res = publish(_target(router, mine), header(models / "a.onnx", "secret"), models / "a.onnx")
+    res = _published(router, mine, models / "a.onnx", "secret")
     assert res.version == "1"
     after = _keys(cluster)
     assert {k: v for k, v in after.items() if k.startswith("tenants/globex/models/secret/")} == theirs

@@ -59,15 +59,19 @@ def fetch_families(url: str, timeout_s: float = FETCH_TIMEOUT_S) -> list[Metric]
 
 class MergedCollector:
     """A collector (`collect()` only) that yields `own`'s families merged with those read from `sources()` at each
-    scrape: (label value, URL) pairs, read in parallel, each within `timeout_s`."""
+    scrape: (label value, URL) pairs, read in parallel, each within `timeout_s`; a source whose URL is None (not
+    serving now) is left out and counted by `on_failure` without a read."""
 
-    def __init__(self, own: CollectorRegistry, sources: Callable[[], Sequence[tuple[str, str]]], label: str,
+    def __init__(self, own: CollectorRegistry, sources: Callable[[], Sequence[tuple[str, str | None]]], label: str,
                  on_failure: Callable[[str], None] = lambda source: None, timeout_s: float = FETCH_TIMEOUT_S,
                  fetch: Callable[[str, float], list[Metric]] = fetch_families) -> None:
         self.own, self.sources, self.label = own, sources, label
         self.on_failure, self.timeout_s, self._fetch = on_failure, timeout_s, fetch
 
-    def _read_one(self, source: str, url: str) -> tuple[str, list[Metric]] | None:
+    def _read_one(self, source: str, url: str | None) -> tuple[str, list[Metric]] | None:
+        if url is None:
+            self.on_failure(source)
+            return None
         try:
             return source, self._fetch(url, self.timeout_s)
         except (OSError, ValueError) as e:  # a worker restarting or stopped: left out of this scrape

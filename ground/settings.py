@@ -398,8 +398,8 @@ class RouterSettings(BaseSettings):
         0, ge=0, le=32, description="with fast_lane=haproxy: this many more router processes for the Python lane, "
         "each with an event loop of its own; HAProxy sends each tenant's ModelInfer calls to one of them or to this "
         "router, the busiest tenants to lanes of their own (router/lane_policy.py), so that one tenant's calls do "
-        "not queue ahead of another's in one loop. Worker N logs to access_log.wN and serves metrics on "
-        "metrics_port + N (router/lane_workers.py, docs/fast-lane.md)")
+        "not queue ahead of another's in one loop. Worker N logs to access_log.wN and serves metrics on a free "
+        "loopback port, which this router's metrics port re-exports (router/lane_workers.py, docs/fast-lane.md)")
     fast_lane_rebalance_ratio: float = Field(
         1.1, ge=1.0, description="Python-lane workers: tenants move between router processes only when that lowers "
         "the busiest process's requests/s by more than this factor")

@@ -7,9 +7,11 @@ A worker is the same Router as this one, started by `python -m router.lane_worke
 as JSON on its stdin (kept open: it stops at its end), and these differences (`worker_settings`): it listens on
 a loopback port of its own in plaintext (HAProxy holds the tenants' TLS), has no fast lane, REST, health port,
 upload service or tenant certificate port (the router itself keeps those), writes its access log to FILE.wN,
-and serves its metrics on 127.0.0.1:(metrics_port + N), which the router's own metrics port re-exports with
-`lane_worker="N"` at each scrape (`metrics_sources`, ground/metrics_merge.py). It says its port on a pipe of its
-own once it serves. The router starts a worker again at its next refresh when it exits (`LaneWorkers.lanes`);
+and (where the router has a metrics port) serves its metrics on a free port of 127.0.0.1, which the router's
+own metrics port re-exports with `lane_worker="N"` at each scrape (`metrics_sources`, ground/metrics_merge.py).
+It says both ports on a pipe of its own once it serves. Not metrics_port + N, as before: a port next to the
+router's may be anyone's (a test's worker once failed to start, 'Address already in use' on it), and one the
+kernel hands out free is taken in the same bind. The router starts a worker again at its next refresh when it exits (`LaneWorkers.lanes`);
 meanwhile HAProxy sends its tenants to the router itself (each worker's backend has the router as its backup
 server).
 """
@@ -50,19 +52,25 @@ def worker_settings(parent: Mapping[str, Any], index: int, quota_id: str = "") -
         listen="127.0.0.1:0", fast_lane="off", fast_lane_workers=0, plaintext=True, tls_cert=None, tls_key=None,
         tls_client_ca=None, tls_client_listen="", rest_listen="", health_port=0, uploads=False,
         access_log=f"{access}.w{index}" if access and access != "-" else access,
-        metrics_host="127.0.0.1", metrics_port=(s["metrics_port"] + index) if s.get("metrics_port") else 0,
-        quota_router_id=quota_id,
+        metrics_host="127.0.0.1", metrics_port=0, quota_router_id=quota_id,
     )
     return s
+
+
+def worker_serves_metrics(parent: Mapping[str, Any]) -> bool:
+    """Whether the workers of a router with these settings serve metrics (on a free port each): where the router
+    has a metrics port to re-export them on."""
+    return bool(parent.get("metrics_port"))
 
 
 class LaneWorker:
     """One worker process: started, watched, stopped by the router (router/server.py)."""
 
-    def __init__(self, index: int, settings: Mapping[str, Any]) -> None:
-        """`settings`: worker_settings(...), as JSON-ready values."""
-        self.index, self._json = index, json.dumps(settings)
-        self.metrics_port = int(settings.get("metrics_port") or 0)  # on 127.0.0.1; 0 = none
+    def __init__(self, index: int, settings: Mapping[str, Any], metrics: bool = False) -> None:
+        """`settings`: worker_settings(...), as JSON-ready values; `metrics`: it serves its metrics (on a port
+        it says at start)."""
+        self.index, self._json, self.serves_metrics = index, json.dumps(settings), metrics
+        self.metrics_port = 0  # on 127.0.0.1, as the worker now serving said; 0 = none
         self.proc: subprocess.Popen | None = None
         self.address = ""  # 127.0.0.1:port once it serves
 
@@ -75,13 +83,14 @@ class LaneWorker:
         return self.proc is not None and self.proc.poll() is not None
 
     async def start(self) -> None:
-        self.address = ""
-        # the port comes back on a pipe of its own: the worker's stdout is the router's (access_log "-")
+        self.address, self.metrics_port = "", 0
+        # the ports come back on a pipe of its own: the worker's stdout is the router's (access_log "-")
         rfd, wfd = os.pipe()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "router.lane_workers"], stdin=subprocess.PIPE, pass_fds=(wfd,),
                 env={**os.environ, "MMHOST_LANE_WORKER": str(self.index), "MMHOST_LANE_WORKER_PORT_FD": str(wfd),
+                     "MMHOST_LANE_WORKER_METRICS": "1" if self.serves_metrics else "",
                      "MMHOST_LANE_WORKER_LOG_LEVEL": logging.getLevelName(logging.getLogger().level)})
         finally:
             os.close(wfd)
@@ -96,12 +105,14 @@ class LaneWorker:
                 await asyncio.to_thread(self.proc.wait)
                 raise RuntimeError(f"Python-lane worker {self.index} did not start within {START_TIMEOUT_S:.0f} s") from None
         try:
-            port = int(json.loads(line)["port"])
-        except (ValueError, KeyError, TypeError):
+            said_ports = json.loads(line)
+            port, metrics_port = int(said_ports["port"]), int(said_ports.get("metrics_port") or 0)
+        except (ValueError, KeyError, TypeError, AttributeError):
             code = await asyncio.to_thread(self.proc.wait)
             raise RuntimeError(f"Python-lane worker {self.index} exited at start (code {code}); its log says why") from None
-        self.address = f"127.0.0.1:{port}"
-        log.info("Python-lane worker %d serving on %s (pid %d)", self.index, self.address, self.proc.pid)
+        self.address, self.metrics_port = f"127.0.0.1:{port}", metrics_port
+        log.info("Python-lane worker %d serving on %s (pid %d%s)", self.index, self.address, self.proc.pid,
+                 f", metrics on port {metrics_port}" if metrics_port else "")
 
     async def stop(self, grace_s: float = 3.0) -> None:
         p = self.proc
@@ -124,7 +135,7 @@ class LaneWorkers:
     def __init__(self, settings: RouterSettings, metrics: RouterMetrics, quota_id: str) -> None:
         """`quota_id`: the router's name among the live routers (fleet quotas), which its workers count under."""
         parent = settings.model_dump(mode="json")
-        self.workers = [LaneWorker(i, worker_settings(parent, i, quota_id))
+        self.workers = [LaneWorker(i, worker_settings(parent, i, quota_id), worker_serves_metrics(parent))
                         for i in range(1, settings.fast_lane_workers + 1)]
         self.rebalance_ratio = settings.fast_lane_rebalance_ratio
         self.metrics = metrics
@@ -135,10 +146,13 @@ class LaneWorkers:
     def addresses(self) -> list[str]:
         return [w.address for w in self.workers]
 
-    def metrics_sources(self) -> list[tuple[str, str]]:
+    def metrics_sources(self) -> list[tuple[str, str | None]]:
         """(worker index, URL) of each worker's metrics port, for the router's port to re-export (empty without
-        metrics_port): read at each scrape, so a restarted worker is back at once."""
-        return [(str(w.index), f"http://127.0.0.1:{w.metrics_port}/metrics") for w in self.workers if w.metrics_port]
+        metrics_port): read at each scrape, so a restarted worker is back at once with the port it said. A worker
+        not serving now has no URL (left out of the scrape and counted as not read): the port it had is free
+        for anyone since it exited."""
+        return [(str(w.index), f"http://127.0.0.1:{w.metrics_port}/metrics" if w.up and w.metrics_port else None)
+                for w in self.workers if w.serves_metrics]
 
     async def start(self) -> None:
         try:
@@ -201,8 +215,14 @@ async def _serve(settings: RouterSettings) -> None:
 
     async def start() -> None:
         await router.start()
+        said: dict[str, int] = {"port": router.port}
+        if os.environ.get("MMHOST_LANE_WORKER_METRICS"):  # a free port, said with the other: none to clash
+            from ground.metrics_http import serve_metrics
+
+            router.metrics_http = serve_metrics("127.0.0.1", 0, router.metrics.registry)  # closed by router.stop
+            said["metrics_port"] = router.metrics_http.port
         fd = int(os.environ["MMHOST_LANE_WORKER_PORT_FD"])
-        os.write(fd, (json.dumps({"port": router.port}) + "\n").encode())
+        os.write(fd, (json.dumps(said) + "\n").encode())
         os.close(fd)
 
     await run_until_signal(start, router.stop)

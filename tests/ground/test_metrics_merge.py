@@ -69,6 +69,22 @@ def test_a_source_that_cannot_be_read_is_left_out_and_counted():
     assert _samples(text, "mmhost_router_requests_total") == {(("tenant", "a"),): 1.0}
 
 
+def test_a_source_not_serving_now_is_counted_without_a_read():
+    """A worker restarting has no port yet (the one it had is free for anyone): no fetch, but counted."""
+    own, _ = _registry("a", 1)
+    failed: list[str] = []
+    fetched: list[str] = []
+
+    def fetch(url: str, timeout: float):
+        fetched.append(url)
+        return []
+
+    reg = merged_registry(MergedCollector(own, lambda: [("1", None), ("2", "http://127.0.0.1:9/metrics")],
+                                          "lane_worker", on_failure=failed.append, fetch=fetch))
+    generate_latest(reg)
+    assert (failed, fetched) == (["1"], ["http://127.0.0.1:9/metrics"])
+
+
 def test_a_real_source_is_read_over_http_and_the_page_is_valid_in_both_formats():
     own, _ = _registry("a", 2)
     other, counter = _registry("b", 4)

@@ -183,7 +183,10 @@ def test_two_busy_tenants_are_served_by_different_processes(cluster):
 def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluster):
     work, r, keys = cluster
     [pid] = worker_pids(r)
-    restarts = metric_value(r.metrics_text(), "mmhost_router_lane_worker_restarts_total")
+    text = r.metrics_text()
+    restarts = metric_value(text, "mmhost_router_lane_worker_restarts_total")
+    started = metric_value(text, "process_start_time_seconds", lane_worker="1")
+    assert started > 0  # the worker's series, through the router's port
     with Caller(r, "busy", keys["busy"], 2) as busy, Caller(r, "quiet", keys["quiet"], 1) as quiet:
         wait_until(lambda: lanes(r) == {"0": 1.0, "1": 1.0}, timeout=30, what="one tenant on each process")
         os.kill(pid, signal.SIGKILL)
@@ -196,6 +199,9 @@ def test_a_killed_worker_is_started_again_and_its_tenant_served_meanwhile(cluste
                    "restart")
     [new] = worker_pids(r)
     assert new != pid
+    # the new worker's series come through the router's port again: from the metrics port it said at its start
+    wait_until(lambda: metric_value(r.metrics_text(), "process_start_time_seconds", lane_worker="1") > started,
+               timeout=30, what="the restarted worker's series on the router's metrics port")
     # the calls in flight on the killed process fail (it died with them); every other call is answered
     failed = busy.failed + quiet.failed
     assert len(failed) <= 3, failed  # one call per calling thread at most
@@ -223,22 +229,25 @@ def test_workers_and_haproxy_end_with_the_router_even_when_it_is_killed(store):
 
 def test_a_worker_gets_the_routers_settings_but_its_own_port_logs_and_no_tenant_facing_extras():
     from ground.settings import RouterSettings
-    from router.lane_workers import worker_settings
+    from router.lane_workers import worker_serves_metrics, worker_settings
 
     parent = RouterSettings(listen="0.0.0.0:8000", fast_lane="haproxy", fast_lane_workers=2, plaintext=True,
                             metrics_host="0.0.0.0", metrics_port=9100, access_log="/var/log/mmhost/access.jsonl",
                             rest_listen="0.0.0.0:8080", health_port=8081, uploads=True, redis_url="redis://r:6379/0", max_attempts=5)
     w = RouterSettings(**worker_settings(parent.model_dump(mode="json"), 2))
     assert (w.listen, w.fast_lane, w.fast_lane_workers) == ("127.0.0.1:0", "off", 0)
-    assert (w.metrics_host, w.metrics_port) == ("127.0.0.1", 9102)  # loopback: the router's port re-exports it
+    # metrics on a free loopback port the worker says at start (the router's port re-exports them), not 9102:
+    # no fixed port next to the router's to clash with
+    assert (w.metrics_host, w.metrics_port) == ("127.0.0.1", 0) and worker_serves_metrics(parent.model_dump(mode="json"))
     assert w.access_log == "/var/log/mmhost/access.jsonl.w2"
     assert not w.rest_listen and not w.health_port and not w.uploads and not w.tls_client_listen
     assert (w.redis_url, w.max_attempts) == ("redis://r:6379/0", 5)  # the rest as the router's
     assert not w.quota_router_id
     named = RouterSettings(**worker_settings(parent.model_dump(mode="json"), 1, "router-a"))
     assert named.quota_router_id == "router-a"  # counted among the live routers as the router itself
-    off = RouterSettings(**worker_settings(RouterSettings(metrics_port=0, access_log="-").model_dump(mode="json"), 1))
-    assert (off.metrics_port, off.access_log) == (0, "-")
+    off_parent = RouterSettings(metrics_port=0, access_log="-").model_dump(mode="json")
+    off = RouterSettings(**worker_settings(off_parent, 1))
+    assert (off.metrics_port, off.access_log) == (0, "-") and not worker_serves_metrics(off_parent)
 
 
 def test_workers_without_the_fast_lane_are_refused_at_start(tmp_path):

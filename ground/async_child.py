@@ -36,10 +36,6 @@ class AsyncChild:
         self._transports = transports
 
     @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
     def returncode(self) -> int | None:
         """None while it runs; minus the signal's number when a signal ended it."""
         return self.popen.poll()

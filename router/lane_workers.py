@@ -11,8 +11,8 @@ and (where the router has a metrics port) serves its metrics on a free port of 1
 own metrics port re-exports with `lane_worker="N"` at each scrape (`metrics_sources`, ground/metrics_merge.py).
 It says both ports on a pipe of its own once it serves. Not metrics_port + N, as before: a port next to the
 router's may be anyone's (a test's worker once failed to start, 'Address already in use' on it), and one the
-kernel hands out free is taken in the same bind. The router starts a worker again at its next refresh when it exits (`LaneWorkers.lanes`);
-meanwhile HAProxy sends its tenants to the router itself (each worker's backend has the router as its backup
+kernel hands out free is taken in the same bind. The router starts a worker again at its next refresh when it
+exits (`LaneWorkers.lanes`); meanwhile HAProxy sends its tenants to the router itself (each worker's backend has the router as its backup
 server).
 """
 

@@ -430,7 +430,6 @@ async def _communicate(proc: async_child.AsyncChild, data: bytes) -> tuple[bytes
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     await proc.wait()
-    proc.close()
     return out, err
 
 

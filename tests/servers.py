@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -175,8 +176,6 @@ class ServerProc:
     def errors(self, limit: int = 4000) -> str:
         """The log from its last ERROR line on (a traceback follows it), at most `limit` characters: what a
         failed test prints where a call came back INTERNAL, whose cause only the server's log has."""
-        import re
-
         text = self.log_path.read_text(errors="replace")
         starts = [m.start() for m in re.finditer(r"^\S+ \S+ ERROR ", text, re.M)]
         return f"\n{self.role} log, last error:\n{text[starts[-1]:][:limit]}" if starts else f"\nno ERROR in the {self.role} log"
@@ -184,8 +183,6 @@ class ServerProc:
     def event_loops(self) -> list[str]:
         """The event loop each start line in the log says it serves on (ground/eventloop.py), in order: a
         router's Python-lane workers log into the router's. [] before the first."""
-        import re
-
         return re.findall(rf"{self.role} serving on .*event loop (\w+)\)$", self.log_path.read_text(errors="replace"),
                           re.M)
 
